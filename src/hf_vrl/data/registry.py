@@ -1,0 +1,103 @@
+"""One entry point for the CLI and the evaluation code: `load_dataset_by_name(name, split, ...)`.
+
+Names: "shapes", "fashion_mnist", "animal_mnist", "digits" (offline), "cub:<root>", "webdataset:<glob>"
+(also "parquet:<glob>", "csv:<glob>": image-path tables; these always stream and ignore `split`: point
+the glob at the split's files), "imagefolder:<dir>",
+"hf:<name or path>". A bare path is recognised: a CUB folder, a .tar/.parquet/.csv/.tsv file or glob, a
+`save_to_disk` folder, else an image folder.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, IterableDataset
+
+from . import cub, generic, offline, toy, webdataset
+
+SHAPES_SPLIT_SIZES = {"train": 2000, "test": 500}
+PREFIXES = ("cub", "webdataset", "parquet", "csv", "imagefolder", "hf")
+
+
+def _shapes(split: str, *, limit: int | None = None, seed: int = 0, image_size: int | None = None, **kwargs):
+    if split not in SHAPES_SPLIT_SIZES:
+        raise ValueError(f"shapes splits are {tuple(SHAPES_SPLIT_SIZES)}, got {split!r}")
+    n = limit if limit is not None else SHAPES_SPLIT_SIZES[split]
+    return toy.shapes_dataset(n, seed=seed, image_size=image_size or 32, split=split, **kwargs)
+
+
+def _offline(loader: Callable[..., Dataset]) -> Callable[..., Dataset]:
+    def load(split: str, *, image_size: int | None = None, **kwargs) -> Dataset:
+        if image_size is not None:
+            kwargs["image_size"] = image_size
+        return loader(split, **kwargs)
+
+    return load
+
+
+NAMED: dict[str, Callable[..., Dataset]] = {
+    "shapes": _shapes,
+    "fashion_mnist": _offline(offline.load_fashion_mnist),
+    "animal_mnist": _offline(offline.load_animal_mnist),
+    "digits": _offline(offline.load_digits),
+}
+
+
+def _stream(target: str, *, limit: int | None, seed: int, **kwargs) -> IterableDataset:
+    ds = webdataset.load_image_text(target, seed=seed, **kwargs)
+    return ds.take(limit) if limit is not None else ds
+
+
+def _detect(path: str) -> str:
+    """The prefix a bare path stands for."""
+    if glob.has_magic(path) or path.endswith(webdataset.TAR_EXTENSIONS + webdataset.TABLE_EXTENSIONS):
+        return "webdataset"
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(
+            f"unknown dataset {path!r}: not a registered name ({', '.join(NAMED)}), not 'prefix:target' "
+            f"({', '.join(PREFIXES)}), and no such path"
+        )
+    try:
+        cub.find_cub_root(folder)
+        return "cub"
+    except FileNotFoundError:
+        pass
+    if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
+        return "hf"
+    return "imagefolder"
+
+
+def load_dataset_by_name(
+    name: str,
+    split: str = "train",
+    *,
+    streaming: bool = False,
+    limit: int | None = None,
+    seed: int = 0,
+    image_size: int | None = None,
+    **kwargs: Any,
+) -> Dataset | IterableDataset:
+    """Load a contract dataset by name (see the module docstring). `image_size` resizes the generated and
+    offline sets (others keep their size: the model's processor resizes); `limit` caps the number of rows
+    (a seeded random subset, or the first rows of a stream); extra kwargs go to the loader."""
+    if name in NAMED:
+        ds = NAMED[name](split, limit=limit, seed=seed, image_size=image_size, **kwargs)
+        return ds.to_iterable_dataset() if streaming else ds
+    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    prefix = prefix or _detect(os.path.expanduser(target))
+    target = os.path.expanduser(target)
+    common = {"limit": limit, "seed": seed}
+    if prefix == "cub":
+        if streaming:
+            raise ValueError("CUB loads map-style (11,788 local images, read lazily); drop streaming=True")
+        return cub.load_cub(target, split, **common, **kwargs)
+    if prefix in ("webdataset", "parquet", "csv"):
+        return _stream(target, **common, **kwargs)
+    if prefix == "imagefolder":
+        return generic.load_imagefolder(target, split, streaming=streaming, **common, **kwargs)
+    return generic.load_hf_dataset(target, split, streaming=streaming, **common, **kwargs)

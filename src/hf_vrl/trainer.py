@@ -1,0 +1,208 @@
+"""Trainers: ``VRLTrainer`` (GA-correct loss, extra-metric logging) and ``ContrastiveTrainer`` (CLIP).
+
+Every hf_vrl trainer returns the per-micro-batch *mean* loss from ``compute_loss``; the base class declares
+it (``loss_is_scaled_for_ga = False``) so ``Trainer.training_step`` divides it by the gradient-accumulation
+steps exactly once, whatever the batch holds (a ``labels`` key would otherwise make transformers treat the
+loss as already normalised by ``num_items_in_batch`` and skip the division: GA-times too large gradients).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import Trainer
+
+from .contrastive import clip_contrastive_loss
+
+__all__ = ["ContrastiveTrainer", "VRLTrainer", "in_batch_accuracy"]
+
+logger = logging.getLogger(__name__)
+
+
+class VRLTrainer(Trainer):
+    """``transformers.Trainer`` for losses computed from custom batches.
+
+    * ``compute_loss`` returns the per-micro-batch mean; the Trainer scales it for gradient accumulation.
+    * ``remove_unused_columns`` is forced to ``False`` (with a warning when it was ``True``, the transformers
+      default): the collators produce keys the model's ``forward`` does not name (``class_labels``,
+      captions, ...) and the losses read them, so dropping columns would only break batches.
+    * ``store_metrics({"name": value})`` records extra per-step values; ``log`` averages them into the logs,
+      with an ``eval_`` prefix during evaluation (the trl pattern).
+    * ``evaluate`` reports ``eval_loss`` from ``compute_loss`` (predictions are not collected; retrieval and
+      zero-shot metrics live in ``hf_vrl.evaluation``).
+    """
+
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.args.remove_unused_columns:
+            logger.warning(
+                "%s sets `remove_unused_columns=False`: its losses read batch keys that the model's forward "
+                "does not name, which the Trainer would otherwise drop. Pass remove_unused_columns=False to "
+                "silence this.",
+                type(self).__name__,
+            )
+            self.args.remove_unused_columns = False
+        self._metrics: dict[str, defaultdict[str, list[float]]] = {
+            "train": defaultdict(list),
+            "eval": defaultdict(list),
+        }
+
+    def store_metrics(self, metrics: Mapping[str, Tensor | float]) -> None:
+        """Record extra metrics for this step, averaged over processes (detached, never differentiated).
+
+        A 0-dim value is one number per process (``accelerator.gather``); a 1-dim value holds one number per
+        sample (``accelerator.gather_for_metrics``, which drops the samples duplicated to even out the last
+        batch).
+        """
+        mode = "train" if self.model.training else "eval"
+        for name, value in metrics.items():
+            value = value.detach() if isinstance(value, Tensor) else torch.tensor(float(value))
+            value = value.to(self.accelerator.device, torch.float32)
+            if value.ndim > 1:
+                raise ValueError(
+                    f"Metric {name!r} must be a scalar or a per-sample vector; got {tuple(value.shape)}."
+                )
+            gather = self.accelerator.gather if value.ndim == 0 else self.accelerator.gather_for_metrics
+            self._metrics[mode][name].append(gather(value).mean().item())
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add the mean of each stored metric since the last log, then clear them."""
+        mode = "train" if self.model.training else "eval"
+        prefix = "eval_" if mode == "eval" else ""
+        logs.update(
+            {f"{prefix}{key}": sum(vals) / len(vals) for key, vals in self._metrics[mode].items() if vals}
+        )
+        super().log(logs, start_time)
+        self._metrics[mode].clear()
+
+    def prediction_step(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Tensor | Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[Tensor, None, None]:
+        """Evaluation loss from ``compute_loss`` (which also stores the ``eval_`` metrics)."""
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+
+def in_batch_accuracy(image_embeds: Tensor, text_embeds: Tensor) -> Tensor:
+    """``[B]`` floats, 1 where an image's most similar (cosine) caption of the local batch is its own."""
+    with torch.no_grad():
+        sims = F.normalize(image_embeds, dim=-1) @ F.normalize(text_embeds, dim=-1).T
+        return (sims.argmax(dim=-1) == torch.arange(sims.shape[0], device=sims.device)).float()
+
+
+# loss_fn(image_embeds, text_embeds, logit_scale, *, rank, world_size) -> scalar, like clip_contrastive_loss
+ContrastiveLossFn = Callable[..., Tensor]
+
+
+class ContrastiveTrainer(VRLTrainer):
+    """Train a CLIP-like dual encoder (CLIPModel, DiffCLIP, ...) with the symmetric InfoNCE loss.
+
+    The model is called through its ``forward(pixel_values=, input_ids=, attention_mask=)`` and must return
+    ``image_embeds`` and ``text_embeds`` (as CLIPModel does). Calling ``get_image_features`` on the unwrapped
+    model would bypass DistributedDataParallel's forward, and DDP then silently skips the gradient all-reduce.
+
+    The logit scale is ``model.logit_scale.exp()``, clipped at ``max_logit_scale`` = 100 as in CLIP (Radford
+    et al., 2021, §2.5): the multiplier is clamped in the loss, and the parameter is clamped to log(100)
+    before every training step (open_clip's post-step clamp) so it never sticks where the clamp passes no
+    gradient.
+
+    ``loss_fn`` replaces the objective; the default is ``clip_contrastive_loss`` with ``local_loss=True,
+    gather_with_grad=True`` (the exact global-batch gradient at 1/N of the logits, open_clip's advice at
+    scale). Methods that add terms override ``compute_loss`` and call ``super().compute_loss(...,
+    return_outputs=True)``. Logged extras: ``logit_scale`` and ``i2t_accuracy`` (in-batch image-to-text
+    top-1 on the local batch). Under several processes keep every rank's batch the same size (all-gather
+    needs equal shapes).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        loss_fn: ContrastiveLossFn | None = None,
+        max_logit_scale: float = 100.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.loss_fn = loss_fn or partial(clip_contrastive_loss, local_loss=True, gather_with_grad=True)
+        self.max_logit_scale = max_logit_scale
+
+    def _logit_scale_param(self, model: nn.Module) -> nn.Parameter:
+        param = getattr(self.accelerator.unwrap_model(model), "logit_scale", None)
+        if param is None:
+            raise AttributeError(
+                f"{type(model).__name__} has no `logit_scale` parameter (the log of CLIP's logit "
+                "multiplier); ContrastiveTrainer needs one (subclass and override compute_loss otherwise)."
+            )
+        return param
+
+    def training_step(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Tensor | Any],
+        num_items_in_batch: Tensor | int | None = None,
+    ) -> Tensor:
+        with torch.no_grad():
+            self._logit_scale_param(model).clamp_(max=math.log(self.max_logit_scale))
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Tensor | Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Tensor | int | None = None,
+    ) -> Tensor | tuple[Tensor, Any]:
+        """Symmetric InfoNCE over the (global) batch; returns the per-micro-batch mean."""
+        outputs = model(**_encoder_inputs(inputs))
+        image_embeds, text_embeds = _paired_embeds(outputs)
+        logit_scale = self._logit_scale_param(model).exp().clamp(max=self.max_logit_scale)
+        loss = self.loss_fn(
+            image_embeds,
+            text_embeds,
+            logit_scale,
+            rank=self.accelerator.process_index,
+            world_size=self.accelerator.num_processes,
+        )
+        self.store_metrics(
+            {"logit_scale": logit_scale, "i2t_accuracy": in_batch_accuracy(image_embeds, text_embeds)}
+        )
+        return (loss, outputs) if return_outputs else loss
+
+
+def _encoder_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys a dual encoder's forward takes, from a batch that may carry more (class_labels, ...)."""
+    missing = [key for key in ("pixel_values", "input_ids") if key not in inputs]
+    if missing:
+        raise KeyError(
+            f"ContrastiveTrainer needs {missing} in every batch (got keys {sorted(inputs)}); "
+            "use hf_vrl.data's ImageTextCollator or a collator producing pixel_values / input_ids / "
+            "attention_mask."
+        )
+    keys = ("pixel_values", "input_ids", "attention_mask")
+    return {key: inputs[key] for key in keys if key in inputs}
+
+
+def _paired_embeds(outputs: Any) -> tuple[Tensor, Tensor]:
+    image_embeds = getattr(outputs, "image_embeds", None)
+    text_embeds = getattr(outputs, "text_embeds", None)
+    if image_embeds is None or text_embeds is None:
+        raise TypeError(
+            f"The model's forward returned {type(outputs).__name__} without `image_embeds` / `text_embeds`; "
+            "ContrastiveTrainer needs a CLIP-like output (CLIPOutput has both)."
+        )
+    return image_embeds, text_embeds

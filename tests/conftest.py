@@ -1,0 +1,23 @@
+"""Test-wide settings: offline Hub, CPU, marker gating (slow / gpu / network)."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+import pytest  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    gates = {
+        "slow": (os.environ.get("RUN_SLOW") == "1", "slow: set RUN_SLOW=1"),
+        "gpu": (torch.cuda.is_available(), "gpu: needs CUDA"),
+        "network": (os.environ.get("RUN_NETWORK") == "1", "network: set RUN_NETWORK=1"),
+    }
+    for item in items:
+        for marker, (enabled, reason) in gates.items():
+            if marker in item.keywords and not enabled:
+                item.add_marker(pytest.mark.skip(reason=reason))

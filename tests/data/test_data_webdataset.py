@@ -1,0 +1,133 @@
+import tarfile
+import warnings
+
+import pytest
+import torch
+from data_fixtures import MIXED_KEPT, MIXED_SKIPPED, add_member, encode, good_images, noise, write_plain_shard
+from datasets import IterableDataset
+from datasets.distributed import split_dataset_by_node
+
+from hf_vrl.data.images import SampleFilter, SkippedSampleWarning
+from hf_vrl.data.schema import validate_row
+from hf_vrl.data.webdataset import load_image_text, resolve_files
+
+pytestmark = pytest.mark.filterwarnings("ignore::hf_vrl.data.images.SkippedSampleWarning")
+
+
+def test_mixed_shard_keeps_the_good_and_counts_every_bad_kind(mixed_shard):
+    sample_filter = SampleFilter("test")
+    ds = load_image_text(str(mixed_shard), sample_filter=sample_filter)
+    assert isinstance(ds, IterableDataset)
+    rows = list(ds)
+    assert len(rows) == MIXED_KEPT == sample_filter.kept
+    assert dict(sample_filter.counts) == MIXED_SKIPPED
+    sizes = [size for _, size in good_images().values()]
+    for row, size in zip(rows, sizes):
+        validate_row(row)
+        assert row["image"].size == size and row["label"] == -1
+    assert rows[-1]["caption"] == "caption from the json"
+    assert [r["key"] for r in rows] == [f"{i:09d}" for i in range(9)]
+
+
+def test_warns_once_per_kind(mixed_shard):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        list(load_image_text(str(mixed_shard)))
+    kinds = [str(w.message).split("(")[1].split(")")[0] for w in caught if w.category is SkippedSampleWarning]
+    assert sorted(kinds) == sorted(MIXED_SKIPPED)
+
+
+def test_truncated_shard_keeps_what_was_read_and_counts_it(tmp_path):
+    path = write_plain_shard(tmp_path / "t.tar", 0, 6, size=(64, 64))
+    data = path.read_bytes()
+    with tarfile.open(path) as tar:
+        offsets = [m.offset for m in tar.getmembers()]
+    path.write_bytes(data[: offsets[8] + 512 + 100])  # cut inside the 5th sample's JPEG data
+    sample_filter = SampleFilter("trunc")
+    rows = list(load_image_text(str(path), sample_filter=sample_filter))
+    assert [r["caption"] for r in rows] == [f"caption {i}" for i in range(4)]
+    assert sample_filter.counts["truncated_shard"] == 1
+
+
+def test_parquet_and_tsv_with_relative_paths(image_table):
+    for source in (image_table["parquet"], image_table["tsv"]):
+        sample_filter = SampleFilter("table")
+        rows = list(load_image_text(str(source), sample_filter=sample_filter))
+        assert [r["caption"] for r in rows] == [f"picture number {i}" for i in range(4)]
+        assert all(r["image"].size == (32, 24) and r["image"].mode == "RGB" for r in rows)
+        assert dict(sample_filter.counts) == {"corrupt_image": 1, "missing_image": 1, "empty_caption": 1}
+
+
+def test_table_column_errors_are_raised_at_load(image_table, tmp_path):
+    with pytest.raises(KeyError, match="no caption column 'nope'"):
+        load_image_text(str(image_table["parquet"]), caption_column="nope")
+    odd = tmp_path / "odd.csv"
+    odd.write_text("filepath,words\nimages/0.jpg,hello\n")
+    with pytest.raises(KeyError, match="pass caption_column="):
+        load_image_text(str(odd))
+    rows = list(load_image_text(str(odd), caption_column="words"))
+    assert rows == []  # images/0.jpg does not exist next to odd.csv: skipped, not raised
+
+
+def test_resolve_files(tmp_path):
+    for i in range(3):
+        write_plain_shard(tmp_path / f"s-{i:03d}.tar", i * 2, 2)
+    assert [p.rsplit("/", 1)[1] for p in resolve_files(str(tmp_path / "s-*.tar"))] == [
+        f"s-{i:03d}.tar" for i in range(3)
+    ]
+    assert len(resolve_files(tmp_path)) == 3
+    with pytest.raises(FileNotFoundError, match="no data files match"):
+        resolve_files(str(tmp_path / "nothing-*.tar"))
+
+
+def _keys(ds):
+    return [row["key"] for row in ds]
+
+
+@pytest.mark.parametrize("n_shards", [4, 3])  # whole shards per rank / every world_size-th sample
+def test_split_dataset_by_node_gives_disjoint_covering_parts(tmp_path, n_shards):
+    for i in range(n_shards):
+        write_plain_shard(tmp_path / f"s-{i:03d}.tar", i * 5, 5)
+    pattern = str(tmp_path / "s-*.tar")
+    everything = set(_keys(load_image_text(pattern)))
+    parts = [set(_keys(load_image_text(pattern, rank=r, world_size=2))) for r in range(2)]
+    assert not parts[0] & parts[1] and parts[0] | parts[1] == everything and len(everything) == 5 * n_shards
+    again = [
+        set(_keys(split_dataset_by_node(load_image_text(pattern), rank=r, world_size=2))) for r in range(2)
+    ]
+    assert again == parts
+
+
+def test_shuffle_is_seeded_and_epoch_dependent(tmp_path):
+    for i in range(2):
+        write_plain_shard(tmp_path / f"s-{i:03d}.tar", i * 6, 6)
+    pattern = str(tmp_path / "s-*.tar")
+    plain = _keys(load_image_text(pattern))
+    first = _keys(load_image_text(pattern, shuffle_buffer=4, seed=1))
+    assert first == _keys(load_image_text(pattern, shuffle_buffer=4, seed=1))
+    assert first != plain and sorted(first) == sorted(plain)
+    ds = load_image_text(pattern, shuffle_buffer=4, seed=1)
+    ds.set_epoch(1)
+    assert _keys(ds) != first
+
+
+def test_dataloader_workers_split_shards(tmp_path):
+    for i in range(2):
+        write_plain_shard(tmp_path / f"s-{i:03d}.tar", i * 4, 4)
+    ds = load_image_text(str(tmp_path / "s-*.tar"))
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=3, num_workers=2, collate_fn=lambda rows: [r["key"] for r in rows]
+    )
+    keys = [k for batch in loader for k in batch]
+    assert sorted(keys) == [f"{i:06d}" for i in range(8)]
+
+
+def test_cls_labels_and_reduced_scale_decoding(tmp_path):
+    with tarfile.open(tmp_path / "cls.tar", "w") as tar:
+        for i in range(3):
+            add_member(tar, f"{i:04d}.jpg", encode(noise((256, 128), seed=i), "JPEG"))
+            add_member(tar, f"{i:04d}.txt", b"a caption")
+            add_member(tar, f"{i:04d}.cls", str(i * 2).encode())
+    rows = list(load_image_text(str(tmp_path / "cls.tar"), decode_size=32))
+    assert [r["label"] for r in rows] == [0, 2, 4]
+    assert all(r["image"].size == (64, 32) for r in rows)  # JPEG draft: 1/4 keeps the short side >= 32

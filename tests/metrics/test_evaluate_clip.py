@@ -1,0 +1,399 @@
+"""evaluate_clip and `hf-vrl eval` end to end on tiny random models (CLIP, SigLIP, a vision tower) and inline
+datasets."""
+
+import copy
+import json
+import string
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import (
+    CLIPConfig,
+    CLIPImageProcessor,
+    CLIPModel,
+    CLIPProcessor,
+    CLIPTokenizer,
+    CLIPVisionConfig,
+    CLIPVisionModel,
+    SiglipConfig,
+    SiglipModel,
+)
+
+from hf_vrl import evaluation
+from hf_vrl.data.prompts import fill_template
+from hf_vrl.metrics import clustering_scores, mmvp_score, zero_shot_accuracy, zero_shot_classifier
+
+COLORS = {"red": (200, 30, 30), "green": (30, 180, 40), "blue": (30, 40, 210)}
+TEMPLATES = ("a photo of a {} square.", "a {} thing.")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def char_tokenizer():
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for c in string.ascii_lowercase + string.digits + ".,'-!":
+        vocab[c] = len(vocab)
+        vocab[c + "</w>"] = len(vocab)
+    return CLIPTokenizer(vocab=vocab, merges=[])
+
+
+TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+VISION = dict(TOWER, image_size=16, patch_size=8)
+
+
+def tiny_clip_config(vocab_size):
+    text = dict(TOWER, vocab_size=vocab_size, max_position_embeddings=48, bos_token_id=0, eos_token_id=1)
+    return CLIPConfig(text_config=dict(text, pad_token_id=1), vision_config=VISION, projection_dim=16)
+
+
+def tiny_clip(seed=0):
+    torch.manual_seed(seed)
+    return CLIPModel(tiny_clip_config(len(char_tokenizer()))).eval()
+
+
+def image_processor():
+    return CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+
+
+def color_image(rgb, rng, size=16):
+    noise = rng.integers(-25, 25, size=(size, size, 3))
+    return Image.fromarray(np.clip(np.array(rgb) + noise, 0, 255).astype(np.uint8))
+
+
+def color_dataset(n_per_class=4, seed=0):
+    """3 coarse colours x 2 fine shades each; captions repeat within a fine class."""
+    rng = np.random.default_rng(seed)
+    rows = {"image": [], "caption": [], "label": [], "fine_label": []}
+    for label, (name, rgb) in enumerate(COLORS.items()):
+        for i in range(n_per_class):
+            shade = i % 2
+            rows["image"].append(color_image(np.array(rgb) * (0.6 if shade else 1.0), rng))
+            rows["caption"].append(f"a {'dark ' if shade else ''}{name} square")
+            rows["label"].append(label)
+            rows["fine_label"].append(2 * label + shade)
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "caption": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(COLORS)),
+            "fine_label": datasets.Value("int64"),
+        }
+    )
+    return datasets.Dataset.from_dict(rows, features=features)
+
+
+def pairs_dataset(seed=0):
+    rng = np.random.default_rng(seed)
+    rows = {"image_a": [], "image_b": [], "statement_a": [], "statement_b": [], "category": []}
+    for (a, b), category in [
+        (("red", "blue"), "colour"),
+        (("green", "red"), "colour"),
+        (("blue", "green"), "hue"),
+    ]:
+        rows["image_a"].append(color_image(COLORS[a], rng))
+        rows["image_b"].append(color_image(COLORS[b], rng))
+        rows["statement_a"].append(f"a {a} square")
+        rows["statement_b"].append(f"a {b} square")
+        rows["category"].append(category)
+    return datasets.Dataset.from_dict(rows)
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return tiny_clip(0), image_processor(), char_tokenizer()
+
+
+def test_evaluate_clip_runs_every_task_and_is_json(clip):
+    model, proc, tok = clip
+    test, train = color_dataset(4, seed=0), color_dataset(6, seed=1)
+    report = evaluation.evaluate_clip(
+        model,
+        proc,
+        tok,
+        test,
+        tasks=evaluation.TASKS,
+        train_dataset=train,
+        mmvp=pairs_dataset(),
+        reference_model=copy.deepcopy(model),
+        templates=TEMPLATES,
+        batch_size=5,
+        seed=0,
+    )
+    assert json.loads(json.dumps(report, allow_nan=False)) == report
+    assert report["skipped"] == {}
+    assert report["n_samples"] == 12 and report["embedding_dim"] == 16 and report["n_classes"] == 3
+    assert set(report["zero_shot"]) == {"top1", "n_templates"}  # top5 is undefined with 3 classes
+    assert report["retrieval"]["n_texts"] == 6  # 12 captions, 6 distinct strings
+    assert set(report["retrieval"]) == {"i2t_R@1", "i2t_R@5", "t2i_R@1", "t2i_R@5", "n_texts"}
+    assert report["rsa"] == {"image": pytest.approx(1.0), "text": pytest.approx(1.0)}  # same weights
+    assert report["linear_probe"]["n_train"] == 18
+    assert set(report["granularity"]["cdnv_per_coarse"]) == {"0", "1", "2"}
+    assert report["mmvp"]["n_pairs"] == 3 and set(report["mmvp"]["per_category"]) == {"colour", "hue"}
+    for value in (report["zero_shot"]["top1"], report["clustering"]["acc"], report["mmvp"]["accuracy"]):
+        assert 0.0 <= value <= 1.0
+
+
+def test_evaluate_clip_matches_metrics_on_extracted_embeddings(clip):
+    model, proc, tok = clip
+    test = color_dataset(4)
+    report = evaluation.evaluate_clip(
+        model, proc, tok, test, tasks=("zero_shot", "clustering"), templates=TEMPLATES, mmvp=pairs_dataset()
+    )
+    image = model.get_image_features(
+        pixel_values=proc(images=test["image"][:], return_tensors="pt")["pixel_values"]
+    )
+    image = image.pooler_output.detach()
+    assert report["clustering"] == clustering_scores(image, test["label"][:], seed=0)
+
+    def embed(texts):
+        enc = tok(texts, padding=True, return_tensors="pt")
+        return model.get_text_features(**enc).pooler_output.detach()
+
+    classifier = zero_shot_classifier(embed, list(COLORS), TEMPLATES, fill=fill_template)
+    assert (
+        report["zero_shot"]["top1"] == zero_shot_accuracy(image, classifier, test["label"][:], (1,))["top1"]
+    )
+    logits = evaluation.mmvp_logits(model, proc, tok, pairs_dataset())
+    assert report["mmvp"] == mmvp_score(logits, pairs_dataset()["category"][:])
+
+
+def test_evaluate_clip_on_the_shapes_world(clip):
+    """The data package's contract: ClassLabel names, fine_label, MMVP-style pairs with extra columns."""
+    from hf_vrl.data.prompts import ZERO_SHOT_TEMPLATES
+    from hf_vrl.data.toy import shapes_dataset, shapes_mmvp_pairs
+
+    model, proc, tok = clip
+    test = shapes_dataset(20, seed=0, image_size=16, split="test")
+    pairs = shapes_mmvp_pairs(1, image_size=16)
+    report = evaluation.evaluate_clip(model, proc, tok, test, tasks=("zero_shot", "granularity"), mmvp=pairs)
+    assert report["skipped"] == {} and report["zero_shot"]["n_templates"] == len(ZERO_SHOT_TEMPLATES)
+    assert report["n_classes"] == len(set(test["label"][:]))
+    assert set(report["granularity"]["ncc_fine_per_coarse"]) == {str(c) for c in set(test["label"][:])}
+    assert report["mmvp"]["n_pairs"] == len(pairs)
+    assert set(report["mmvp"]["per_category"]) == set(pairs["category"][:])
+
+
+def test_evaluate_clip_restores_the_training_mode():
+    model = tiny_clip(0).train()
+    evaluation.evaluate_clip(
+        model, image_processor(), char_tokenizer(), color_dataset(2), tasks=("clustering",)
+    )
+    assert model.training
+
+
+def test_encode_images_is_batch_size_invariant(clip):
+    model, proc, _ = clip
+    images = color_dataset(3)["image"]
+    a = evaluation.encode_images(model, proc, images, batch_size=2)
+    b = evaluation.encode_images(model, proc, images, batch_size=64)
+    assert a.shape == (9, 16)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_reference_model_with_other_weights_gives_rsa_below_one(clip):
+    model, proc, tok = clip
+    report = evaluation.evaluate_clip(
+        model, proc, tok, color_dataset(3), tasks=("rsa",), reference_model=tiny_clip(1)
+    )
+    assert -1.0 <= report["rsa"]["image"] < 0.999 and -1.0 <= report["rsa"]["text"] < 0.999
+
+
+def test_missing_inputs_are_reported_as_skipped(clip):
+    model, proc, tok = clip
+    unlabeled = color_dataset(2).remove_columns(["label", "fine_label"])
+    report = evaluation.evaluate_clip(
+        model, proc, tok, unlabeled, tasks=("zero_shot", "retrieval", "linear_probe", "granularity", "rsa")
+    )
+    assert set(report["skipped"]) == {"zero_shot", "linear_probe", "granularity", "rsa"}
+    assert "no class labels" in report["skipped"]["zero_shot"]
+    assert "retrieval" in report and report["n_classes"] is None
+    with pytest.raises(ValueError, match="unknown tasks"):
+        evaluation.evaluate_clip(model, proc, tok, unlabeled, tasks=("zero-shot",))
+
+
+def test_vision_tower_gets_vision_only_tasks():
+    torch.manual_seed(0)
+    tower = CLIPVisionModel(CLIPVisionConfig(**VISION))
+    tasks = ("zero_shot", "retrieval", "clustering", "granularity")
+    report = evaluation.evaluate_clip(
+        tower, image_processor(), None, color_dataset(3), tasks=tasks, mmvp=pairs_dataset()
+    )
+    assert report["embedding_dim"] == 32  # pooler_output of the tower
+    assert {"zero_shot", "retrieval", "mmvp"} == set(report["skipped"])
+    assert report["skipped"]["retrieval"] == "the model has no text tower"
+    assert set(report["clustering"]) == {"nmi", "acc", "ari"} and "granularity" in report
+
+
+def test_siglip_pads_to_max_length_so_embeddings_do_not_depend_on_the_batch():
+    torch.manual_seed(0)
+    tok = char_tokenizer()
+    text = dict(TOWER, vocab_size=len(tok), max_position_embeddings=24, pad_token_id=1)
+    cfg = SiglipConfig(text_config=text, vision_config=VISION)
+    model = SiglipModel(cfg).eval()
+    assert evaluation._text_kwargs(model, tok) == {
+        "padding": "max_length",
+        "truncation": True,
+        "max_length": 24,
+    }
+    alone = evaluation.encode_texts(model, tok, ["a red square"])
+    batched = evaluation.encode_texts(model, tok, ["a red square", "a much longer dark green square"])
+    torch.testing.assert_close(alone[0], batched[0], atol=1e-5, rtol=1e-5)
+    clip_kwargs = evaluation._text_kwargs(tiny_clip(), tok)
+    assert clip_kwargs == {"padding": True, "truncation": True, "max_length": 48}
+
+
+@pytest.mark.gpu
+def test_cuda_half_precision_embeddings_match_cpu(clip):
+    model, proc, tok = clip
+    ds = color_dataset(3)
+    cpu = evaluation.encode_images(model, proc, ds["image"])
+    gpu = evaluation.encode_images(copy.deepcopy(model).to("cuda", torch.float16), proc, ds["image"])
+    assert gpu.device.type == "cpu" and gpu.dtype == torch.float32
+    torch.testing.assert_close(gpu, cpu, atol=1e-2, rtol=1e-2)
+    tasks = ("zero_shot", "retrieval")
+    report = evaluation.evaluate_clip(copy.deepcopy(model), proc, tok, ds, tasks=tasks, device="cuda")
+    assert report["skipped"] == {} and report["n_samples"] == 9
+
+
+class ColorCLIP(torch.nn.Module):
+    """A hand-wired "CLIP": images embed as their mean RGB, texts as the colour word they contain."""
+
+    def __init__(self):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    def get_image_features(self, pixel_values):
+        return pixel_values.mean(dim=(2, 3))
+
+    def get_text_features(self, input_ids, attention_mask=None):
+        return input_ids.float()
+
+
+def color_tokenizer(texts, return_tensors="pt", **kwargs):
+    names = list(COLORS)
+    ids = [[float(name in t.split()) for name in names] for t in texts]
+    return {"input_ids": torch.tensor(ids)}
+
+
+def color_processor(images, return_tensors="pt"):
+    return {
+        "pixel_values": torch.stack(
+            [torch.tensor(np.asarray(im), dtype=torch.float32).permute(2, 0, 1) for im in images]
+        )
+    }
+
+
+def test_mmvp_wiring_statement_a_belongs_to_image_a():
+    pairs = pairs_dataset()
+    out = evaluation.evaluate_mmvp(ColorCLIP(), color_processor, color_tokenizer, pairs)
+    assert out["accuracy"] == 1.0 and out["statement_accuracy"] == 1.0
+    swapped = pairs.rename_columns({"statement_a": "statement_b", "statement_b": "statement_a"})
+    assert evaluation.evaluate_mmvp(ColorCLIP(), color_processor, color_tokenizer, swapped)["accuracy"] == 0.0
+
+
+def test_mmvp_from_an_official_directory(mmvp_dir):
+    out = evaluation.evaluate_mmvp(ColorCLIP(), color_processor, color_tokenizer, mmvp_dir)
+    assert out["per_category"] == {"Color and Appearance": 1.0, "Texts": 1.0} and out["n_pairs"] == 3
+
+
+# -- the `hf-vrl eval` command
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-clip")
+    tiny_clip(0).save_pretrained(path)
+    CLIPProcessor(image_processor=image_processor(), tokenizer=char_tokenizer()).save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """Stand-in for hf_vrl.data.registry: records the calls, serves the inline colour datasets."""
+    calls = []
+
+    def load(name, *, split, limit=None, image_size=None, seed=0):
+        calls.append((name, split, limit, image_size, seed))
+        ds = color_dataset(6 if split == "train" else 4, seed=int(split == "train"))
+        return ds.select(range(min(limit, len(ds)))) if limit else ds
+
+    monkeypatch.setattr(evaluation, "load_eval_dataset", load)
+    return calls
+
+
+def test_main_writes_report_and_figures(clip_dir, mmvp_dir, registry, tmp_path):
+    out = tmp_path / "run"
+    argv = ["--model", str(clip_dir), "--dataset", "colors", "--limit", "10", "--image-size", "16"]
+    argv += ["--mmvp-dir", str(mmvp_dir), "--output-dir", str(out), "--batch-size", "4"]
+    assert evaluation.main(argv) == 0
+    assert registry == [("colors", "test", 10, 16, 0), ("colors", "train", None, 16, 0)]
+    report = json.loads((out / "report.json").read_text())
+    assert report["model"] == str(clip_dir) and report["dataset"] == "colors" and report["n_samples"] == 10
+    assert {"zero_shot", "retrieval", "clustering", "linear_probe", "mmvp"} <= set(report)
+    assert report["skipped"] == {} and report["mmvp"]["n_pairs"] == 3
+    assert report["figures"] == ["embeddings_pca.png", "mmvp.png"]
+    for name in report["figures"]:
+        assert (out / name).read_bytes()[:8] == PNG
+
+
+def test_main_vision_tower_and_mmvp_only(tmp_path, registry, mmvp_dir, clip_dir):
+    tower_dir = tmp_path / "tower"
+    torch.manual_seed(0)
+    CLIPVisionModel(CLIPVisionConfig(**VISION)).save_pretrained(tower_dir)
+    image_processor().save_pretrained(tower_dir)
+    out = tmp_path / "tower-run"
+    argv = ["--model", str(tower_dir), "--dataset", "colors", "--tasks", "clustering", "zero_shot"]
+    assert evaluation.main(argv + ["--output-dir", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["skipped"] == {"zero_shot": "the model has no text tower"}
+    assert report["figures"] == ["embeddings_pca.png"] and (out / "embeddings_pca.png").is_file()
+    assert registry == [("colors", "test", None, None, 0)]  # no train split without linear_probe
+
+    mmvp_out = tmp_path / "mmvp-run"
+    assert (
+        evaluation.main(
+            ["--model", str(clip_dir), "--mmvp-dir", str(mmvp_dir), "--output-dir", str(mmvp_out)]
+        )
+        == 0
+    )
+    report = json.loads((mmvp_out / "report.json").read_text())
+    assert report["mmvp"]["n_pairs"] == 3 and report["figures"] == ["mmvp.png"]
+
+
+def test_main_help_and_usage_errors(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        evaluation.main(["--help"])
+    assert exc.value.code == 0
+    help_text = capsys.readouterr().out
+    for flag in ("--model", "--dataset", "--tasks", "--mmvp-dir", "--output-dir", "--trust-remote-code"):
+        assert flag in help_text
+    with pytest.raises(SystemExit) as exc:
+        evaluation.main(["--model", "x", "--output-dir", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "--dataset, --mmvp-dir or both" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        evaluation.main(["--model", "x", "--dataset", "d", "--tasks", "bogus", "--output-dir", str(tmp_path)])
+
+
+def test_main_with_the_registry_shapes_world(clip_dir, tmp_path):
+    out = tmp_path / "shapes"
+    argv = ["--model", str(clip_dir), "--dataset", "shapes", "--limit", "24", "--image-size", "16"]
+    argv += ["--tasks", "zero_shot", "clustering", "granularity", "--no-figures"]
+    assert evaluation.main(argv + ["--output-dir", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["n_samples"] == 24 and {"zero_shot", "clustering", "granularity"} <= set(report)
+    assert report["skipped"] == {} and "figures" not in report
+
+
+def test_streamed_sources_are_materialised_with_a_limit(monkeypatch):
+    import hf_vrl.data.registry as registry
+
+    streamed = color_dataset(2).to_iterable_dataset()
+    monkeypatch.setattr(registry, "load_dataset_by_name", lambda name, **kwargs: streamed)
+    ds = evaluation.load_eval_dataset("webdataset:x", split="train", limit=6)
+    assert isinstance(ds, datasets.Dataset) and len(ds) == 6
+    assert ds.features["label"].names == list(COLORS)
+    with pytest.raises(ValueError, match="--limit"):
+        evaluation.load_eval_dataset("webdataset:x", split="train")
