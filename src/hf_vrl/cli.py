@@ -9,12 +9,18 @@ import sys
 # subcommand -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("hf_vrl.demo", "train tiny models on the embedded toy data and evaluate before/after"),
-    "eval": ("hf_vrl.evaluation", "evaluate a CLIP-like model or vision tower; writes report.json and figures"),
+    "eval": (
+        "hf_vrl.evaluation",
+        "evaluate a CLIP-like model or vision tower; writes report.json and figures",
+    ),
 }
 # method -> (module with main(argv), one-line help)
 TRAIN_METHODS: dict[str, tuple[str, str]] = {
     "diffclip": ("hf_vrl.methods.diffclip.train", "CLIP / DiffCLIP from scratch with the CLIP loss"),
-    "dcr": ("hf_vrl.methods.dcr.train", "enhance a CLIP vision encoder with a frozen diffusion model (2 stages)"),
+    "dcr": (
+        "hf_vrl.methods.dcr.train",
+        "enhance a CLIP vision encoder with a frozen diffusion model (2 stages)",
+    ),
 }
 
 

@@ -40,12 +40,15 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-vrl demo",
         description=(
-            "Train tiny models on the embedded data (Fashion-MNIST if installed, else the generated shapes world) "
-            "on the CPU, evaluate them before and after (zero-shot accuracy, retrieval, clustering) and print a table."
+            "Train tiny models on the embedded data (Fashion-MNIST if installed, else the generated shapes "
+            "world) on the CPU, evaluate them before and after (zero-shot accuracy, retrieval, clustering) "
+            "and print a table."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS), help="which models to train")
+    parser.add_argument(
+        "--runs", nargs="+", default=list(RUNS), choices=list(RUNS), help="which models to train"
+    )
     parser.add_argument("--dataset", default="fashion_mnist", help="registry name of the training data")
     parser.add_argument("--steps", type=int, default=500, help="optimisation steps per run")
     parser.add_argument("--batch-size", type=int, default=128)
@@ -58,7 +61,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def load_demo_data(name: str, *, eval_limit: int, train_limit: int | None, seed: int) -> DemoData:
-    """The requested dataset; the generated shapes world when it is not installed (the error says how to get it)."""
+    """The requested dataset, or the generated shapes world when it is not installed (with a warning)."""
     from hf_vrl.data.registry import load_dataset_by_name
 
     size = _tiny_image_size()
@@ -68,7 +71,9 @@ def load_demo_data(name: str, *, eval_limit: int, train_limit: int | None, seed:
     except (FileNotFoundError, ImportError) as err:
         logger.warning("%s; the demo uses the generated shapes world instead", err)
         name = "shapes"
-        train = load_dataset_by_name(name, split="train", limit=train_limit or 20000, image_size=size, seed=seed)
+        train = load_dataset_by_name(
+            name, split="train", limit=train_limit or 20000, image_size=size, seed=seed
+        )
         test = load_dataset_by_name(name, split="test", limit=eval_limit, image_size=size, seed=seed)
     return DemoData(name, train, test)
 
@@ -92,7 +97,7 @@ def tiny_processors() -> tuple[Any, Any]:
 
 
 def train_contrastive(model: Any, data: DemoData, args: argparse.Namespace, run_dir: Path) -> None:
-    """Train a CLIP-like model with ContrastiveTrainer on `data.train` (progress bar and logs from the Trainer)."""
+    """Train a CLIP-like model with ContrastiveTrainer on `data.train` (progress bar and logs: Trainer)."""
     from transformers import TrainingArguments
 
     from hf_vrl.data.collate import ImageTextCollator
@@ -132,7 +137,7 @@ def evaluate(model: Any, data: DemoData) -> dict[str, Any]:
 
 
 def run_clip(data: DemoData, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
-    """A 2-layer, 64-wide transformers CLIPModel (hub_configs/tiny-clip) trained from scratch with the CLIP loss."""
+    """A 2-layer, 64-wide transformers CLIPModel (hub_configs/tiny-clip) trained with the CLIP loss."""
     import torch
     from transformers import AutoConfig, CLIPModel
 
@@ -169,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = load_demo_data(args.dataset, eval_limit=args.eval_limit, train_limit=args.train_limit, seed=args.seed)
+    data = load_demo_data(
+        args.dataset, eval_limit=args.eval_limit, train_limit=args.train_limit, seed=args.seed
+    )
     print(f"data: {data.name}, {len(data.train)} training and {len(data.test)} test images")
     results: dict[str, dict[str, Any]] = {}
     for name in args.runs:

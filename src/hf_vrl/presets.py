@@ -9,7 +9,7 @@ HUB_CONFIGS = Path(__file__).parent / "hub_configs"
 
 
 def preset_path(name_or_path: str | Path) -> Path:
-    """Resolve an existing path, or a preset name such as ``"dcr-tiny"`` / ``"tiny-clip"`` in ``hub_configs/``."""
+    """Resolve an existing path, or a preset name (``"dcr-tiny"``, ``"tiny-clip"``) in ``hub_configs/``."""
     path = Path(name_or_path)
     if path.exists():
         return path

@@ -1,0 +1,505 @@
+"""Build a DiffCLIP model from a transformers CLIP or from the released DiffCLIP checkpoints.
+
+* `diffclip_from_clip`: copies every CLIP weight into the same-named DiffCLIP leaf (the key map is the
+  identity on CLIP's keys; the differential leaves are the only new ones) and initialises the differential
+  branch so the converted model starts close to the CLIP (`differential_init="match_clip"`, explained in
+  `match_clip_init`).
+* `diffclip_from_official_checkpoint`: reads `hammh0a/DiffCLIP_ViTB16_CC3M|CC12M`'s `checkpoint_best.pt` (a
+  SLIP training checkpoint) without running pickled code, and maps its timm / OpenAI-style keys to DiffCLIP's.
+"""
+
+import argparse
+import math
+import os
+import pathlib
+import pickle
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import CLIPModel
+
+from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
+
+DIFFERENTIAL_LEAVES = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "diff_norm.weight")
+TOWERS = ("text_model", "vision_model")
+
+_CLIP_TEXT_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "max_position_embeddings",
+    "hidden_act",
+    "layer_norm_eps",
+    "attention_dropout",
+    "initializer_range",
+    "initializer_factor",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+)
+_CLIP_VISION_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_channels",
+    "image_size",
+    "patch_size",
+    "hidden_act",
+    "layer_norm_eps",
+    "attention_dropout",
+    "initializer_range",
+    "initializer_factor",
+)
+_TOWER_OVERRIDES = ("lambda_init", "lambda_init_schedule", "lambda_std", "diff_norm_eps", "attention_dropout")
+_TOP_OVERRIDES = ("diff_attention_in_text", "projection_dim", "logit_scale_init_value", "initializer_factor")
+
+
+def build_config(
+    config_class: type[DiffCLIPConfig], text: dict, vision: dict, top: dict, overrides: Mapping[str, Any]
+) -> DiffCLIPConfig:
+    """A DiffCLIP config from tower/top-level field dicts plus user overrides.
+
+    Overrides: `text_config={...}` / `vision_config={...}` update one tower; the differential-attention
+    options (`lambda_init`, `lambda_init_schedule`, `lambda_std`, `diff_norm_eps`, `attention_dropout`) apply
+    to both towers; `diff_attention_in_text`, `projection_dim`, `logit_scale_init_value`, `initializer_factor`
+    are top-level. Anything else is refused.
+    """
+    text, vision, top = dict(text), dict(vision), dict(top)
+    for key, value in overrides.items():
+        if key == "text_config":
+            text.update(value)
+        elif key == "vision_config":
+            vision.update(value)
+        elif key in _TOWER_OVERRIDES:
+            text[key] = vision[key] = value
+        elif key in _TOP_OVERRIDES:
+            top[key] = value
+        else:
+            raise TypeError(
+                f"Unknown DiffCLIP config override {key!r}: use one of "
+                f"{_TOWER_OVERRIDES + _TOP_OVERRIDES}, or "
+                "text_config={...} / vision_config={...} for a single tower."
+            )
+    return config_class(text_config=text, vision_config=vision, **top)
+
+
+def diffclip_config_from_clip(
+    clip_config: Any, config_class: type[DiffCLIPConfig] = DiffCLIPConfig, **overrides: Any
+) -> DiffCLIPConfig:
+    """The DiffCLIP config with a `CLIPConfig`'s architecture (same shapes, heads, activations)."""
+    text = {name: getattr(clip_config.text_config, name) for name in _CLIP_TEXT_FIELDS}
+    vision = {name: getattr(clip_config.vision_config, name) for name in _CLIP_VISION_FIELDS}
+    top = {
+        "projection_dim": clip_config.projection_dim,
+        "logit_scale_init_value": clip_config.logit_scale_init_value,
+        "initializer_factor": clip_config.initializer_factor,
+    }
+    return build_config(config_class, text, vision, top, overrides)
+
+
+def differential_keys(model: nn.Module) -> set[str]:
+    """State-dict keys of the differential-attention leaves (the only keys a CLIP does not have)."""
+    keys = set()
+    for tower in TOWERS:
+        tower_config = getattr(model, tower).config
+        if tower_config.differential_attention:
+            for layer in range(tower_config.num_hidden_layers):
+                prefix = f"{tower}.encoder.layers.{layer}.self_attn."
+                keys.update(prefix + leaf for leaf in DIFFERENTIAL_LEAVES)
+    return keys
+
+
+@torch.no_grad()
+def copy_clip_weights(clip: nn.Module, model: nn.Module) -> int:
+    """Copy every CLIP tensor into the same-named DiffCLIP tensor; returns how many were copied.
+
+    Checks (nanoGPT `from_pretrained` style) that the DiffCLIP keys are exactly the CLIP keys plus the
+    differential leaves, and that every shared tensor has the same shape.
+    """
+    clip_state = clip.state_dict()
+    model_state = model.state_dict()
+    new_keys = differential_keys(model)
+    missing_in_model = sorted(set(clip_state) - set(model_state))
+    unexpected = sorted(set(model_state) - set(clip_state) - new_keys)
+    if missing_in_model or unexpected or new_keys & set(clip_state):
+        raise ValueError(
+            f"CLIP -> DiffCLIP key map mismatch: CLIP keys without a DiffCLIP home {missing_in_model[:5]}, "
+            f"DiffCLIP keys without a CLIP source {unexpected[:5]}."
+        )
+    for key, source in clip_state.items():
+        if source.shape != model_state[key].shape:
+            raise ValueError(
+                f"{key}: CLIP shape {tuple(source.shape)} != DiffCLIP shape {tuple(model_state[key].shape)}; "
+                "do not override architecture fields (widths, layers, vocabulary) when converting."
+            )
+        model_state[key].copy_(source)
+    if len(clip_state) + len(new_keys) != len(model_state):
+        raise ValueError("CLIP -> DiffCLIP: key count mismatch after copying.")
+    return len(clip_state)
+
+
+@torch.no_grad()
+def set_lambda(attention: nn.Module, target: float) -> None:
+    """Set λ_q1, λ_k1, λ_q2, λ_k2 so that λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init is exactly `target`.
+
+    With δ = target − λ_init the dot products are y1 = log(1 + max(δ, 0)) and y2 = log(1 + max(−δ, 0)), so
+    exp(y1) − exp(y2) = δ. Each pair is λ_q = c(u1 + u2), λ_k = c(u1 − u2) + y/(2c)·(u1 + u2) for orthonormal
+    u1, u2, whose dot product is y: the vectors are non-zero even where y = 0, so all four keep receiving
+    gradients, and c = lambda_std·sqrt(d/2) gives them the norm of the random init.
+    """
+    dim = attention.lambda_q1.numel()
+    if dim < 2:
+        raise ValueError(f"set_lambda needs head_dim >= 2, got {dim}.")
+    ones = torch.ones(dim)
+    alternating = torch.tensor([(-1.0) ** i for i in range(dim)])
+    alternating = alternating - alternating.mean()
+    u1, u2 = ones / ones.norm(), alternating / alternating.norm()
+    scale = attention.config.lambda_std * math.sqrt(dim / 2)
+    delta = target - attention.lambda_init
+    for lambda_q, lambda_k, dot in (
+        (attention.lambda_q1, attention.lambda_k1, math.log1p(max(delta, 0.0))),
+        (attention.lambda_q2, attention.lambda_k2, math.log1p(max(-delta, 0.0))),
+    ):
+        lambda_q.copy_(scale * (u1 + u2))
+        lambda_k.copy_(scale * (u1 - u2) + dot / (2 * scale) * (u1 + u2))
+
+
+def synthetic_calibration_inputs(config: DiffCLIPConfig, batch_size: int = 8, seed: int = 0) -> dict:
+    """Data-free calibration batch: N(0, 1) pixels (as CLIP-normalised images roughly are), random tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    vision, text = config.vision_config, config.text_config
+    pixels = torch.randn(
+        batch_size, vision.num_channels, vision.image_size, vision.image_size, generator=generator
+    )
+    input_ids = torch.randint(
+        0, text.vocab_size, (batch_size, text.max_position_embeddings), generator=generator
+    )
+    return {"pixel_values": pixels, "input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
+@torch.no_grad()
+def head_pair_scales(clip: nn.Module, inputs: Mapping[str, torch.Tensor], eps: Mapping[str, float]) -> dict:
+    """Per-channel least-squares scale of each CLIP layer's head-pair outputs, keyed by attention module name.
+
+    For the 2·head_dim output z of a pair of CLIP heads (2m, 2m+1) at one token, RMSNorm gives z/r with
+    r = sqrt(mean(z²) + eps); the scale w′ minimising Σ‖w′⊙z/r − z‖² over tokens and pairs is
+    w′_c = Σ z_c²/r / Σ z_c²/r² (a scalar w′ would be the mean of r). Padding tokens are left out. `eps` maps
+    each tower to calibrate ("text_model", "vision_model") to its RMSNorm epsilon.
+    """
+    scales, handles = {}, []
+    valid = {"text_model": inputs["attention_mask"].bool(), "vision_model": None}
+
+    def collect(name: str, tower: str, head_dim: int) -> Callable:
+        def hook(module: nn.Module, args: tuple) -> None:
+            pairs = args[0].float().unflatten(-1, (-1, 2 * head_dim))
+            if valid[tower] is not None:
+                pairs = pairs[valid[tower]]
+            z = pairs.reshape(-1, 2 * head_dim)
+            r = torch.sqrt(z.pow(2).mean(-1, keepdim=True) + eps[tower])
+            scales[name] = (z.pow(2) / r).sum(0) / (z.pow(2) / r.pow(2)).sum(0).clamp_min(1e-12)
+
+        return hook
+
+    for tower in eps:
+        tower_model = getattr(clip, tower)
+        head_dim = tower_model.config.hidden_size // tower_model.config.num_attention_heads
+        for name, module in tower_model.named_modules():
+            if name.endswith("self_attn"):
+                handles.append(
+                    module.out_proj.register_forward_pre_hook(collect(f"{tower}.{name}", tower, head_dim))
+                )
+    was_training = clip.training
+    clip.eval()
+    try:
+        if "vision_model" in eps:
+            clip.get_image_features(pixel_values=inputs["pixel_values"])
+        if "text_model" in eps:
+            clip.get_text_features(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    finally:
+        for handle in handles:
+            handle.remove()
+        clip.train(was_training)
+    return scales
+
+
+@torch.no_grad()
+def match_clip_init(
+    model: nn.Module,
+    clip: nn.Module,
+    calibration_inputs: Mapping[str, torch.Tensor],
+    initial_lambda: float = -1.0,
+) -> None:
+    """Initialise the differential branch of a CLIP-converted DiffCLIP so that it starts close to the CLIP.
+
+    What cannot be matched: a differential head m applies ONE map, A1 − λ·A2, to the value slice of CLIP heads
+    2m and 2m+1, where CLIP applied each head's own map to its own half. What is chosen:
+
+    * λ = `initial_lambda` (default −1): the shared map is A_2m + A_2m+1, which after the RMSNorm (scale
+      invariant) is their mean, the least-squares compromise when one map must serve both halves (λ = 0 would
+      keep A_2m and give head 2m+1's values the wrong map). A naive conversion keeps λ ≈ λ_init = 0.8, i.e.
+      A_2m − 0.8 A_2m+1: rows sum to 0.2 and the second map is subtracted; that is what collapses.
+    * RMSNorm weight = w′/(1 − λ_init), with w′ the per-channel least-squares scale of the CLIP head-pair
+      outputs on `calibration_inputs` (`head_pair_scales`): the RMSNorm otherwise sets every pair output to
+      unit RMS, times (1 − λ_init) = 0.2, far from CLIP's scale. Per-token scale differences remain.
+    """
+    towers = [getattr(model, tower).config for tower in TOWERS]
+    eps = {
+        name: config.diff_norm_eps for name, config in zip(TOWERS, towers) if config.differential_attention
+    }
+    scales = head_pair_scales(clip, calibration_inputs, eps)
+    for name, module in model.named_modules():
+        if getattr(module, "differential", False):
+            set_lambda(module, initial_lambda)
+            module.diff_norm.weight.copy_(scales[name] / (1.0 - module.lambda_init))
+
+
+def diffclip_from_clip(
+    clip_model_or_path: Any,
+    *,
+    model_class: type[DiffCLIPModel] = DiffCLIPModel,
+    differential_init: str = "match_clip",
+    initial_lambda: float = -1.0,
+    calibration_inputs: Mapping[str, torch.Tensor] | None = None,
+    **config_overrides: Any,
+) -> DiffCLIPModel:
+    """Convert a transformers `CLIPModel` (instance, local path or Hub id) into a float32 DiffCLIP model.
+
+    Every CLIP weight is copied (`copy_clip_weights`). The differential leaves are then initialised by
+    `differential_init`: `"match_clip"` (`match_clip_init`, calibrated on `calibration_inputs` — a dict with
+    `pixel_values`, `input_ids`, `attention_mask` — or on a synthetic batch) or `"random"` (the DiffCLIP init
+    λ ≈ λ_init, RMSNorm weight 1: the naive conversion). `config_overrides` go to `build_config`, e.g.
+    `diff_attention_in_text=False` (DiffCLIP†) or `lambda_init_schedule="depth"` (DiffCLIP*).
+    """
+    if differential_init not in ("match_clip", "random"):
+        raise ValueError(f"differential_init must be 'match_clip' or 'random', got {differential_init!r}.")
+    clip = clip_model_or_path
+    if isinstance(clip, (str, os.PathLike)):
+        clip = CLIPModel.from_pretrained(clip, dtype=torch.float32)
+    if not isinstance(clip, CLIPModel):
+        raise TypeError(f"Expected a transformers CLIPModel or a path to one, got {type(clip).__name__}.")
+    config = diffclip_config_from_clip(clip.config, model_class.config_class, **config_overrides)
+    model = model_class(config)
+    copy_clip_weights(clip, model)
+    if differential_init == "match_clip":
+        inputs = dict(synthetic_calibration_inputs(config))
+        inputs.update(calibration_inputs or {})
+        if "attention_mask" not in (calibration_inputs or {}):
+            inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        device = next(clip.parameters()).device
+        match_clip_init(model, clip, {k: v.to(device) for k, v in inputs.items()}, initial_lambda)
+    return model
+
+
+# --- the released checkpoints -------------------------------------------------------------------------------
+
+_NUMPY_CORE = getattr(np, "_core", None) or np.core  # numpy >= 2 / 1.x
+_SAFE_GLOBALS = [
+    argparse.Namespace,
+    (pathlib.PosixPath, "pathlib.PosixPath"),
+    (pathlib.WindowsPath, "pathlib.WindowsPath"),
+    (pathlib.PurePosixPath, "pathlib.PurePosixPath"),
+    (pathlib.PureWindowsPath, "pathlib.PureWindowsPath"),
+    np.dtype,
+    np.ndarray,
+    (_NUMPY_CORE.multiarray.scalar, "numpy._core.multiarray.scalar"),
+    (_NUMPY_CORE.multiarray.scalar, "numpy.core.multiarray.scalar"),
+    (_NUMPY_CORE.multiarray._reconstruct, "numpy._core.multiarray._reconstruct"),
+    (_NUMPY_CORE.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+    *(getattr(np.dtypes, name) for name in np.dtypes.__all__),  # dtype classes, rebuilt from pickled dtypes
+]
+
+
+def load_official_checkpoint(path: str | os.PathLike) -> dict:
+    """Unpickle a SLIP-style checkpoint with `torch.load(weights_only=True)` and an explicit allow-list.
+
+    Allowed beyond tensors and plain containers: `argparse.Namespace` (the training args), pathlib paths,
+    numpy scalars, arrays and dtypes. Any other global (a function or class the pickle would call) is refused,
+    so loading never runs code from the file.
+    """
+    try:
+        with torch.serialization.safe_globals(_SAFE_GLOBALS):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL (\S+)|but got <class '([^']+)'>", str(error))
+        culprit = next((group for group in found.groups() if group), None) if found else "an unknown object"
+        raise ValueError(
+            f"Refusing to load {os.fspath(path)}: the pickle references {culprit}, which is not a plain "
+            "data type (allowed: tensors, argparse.Namespace, pathlib paths, numpy scalars/arrays/dtypes). "
+            "Loading it could run arbitrary code; only if you trust the file, re-save its 'state_dict' as "
+            "safetensors elsewhere."
+        ) from error
+
+
+def official_state_dict(checkpoint: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The weights of a SLIP-style checkpoint (its 'state_dict' or the mapping itself), `module.` stripped."""
+    state = checkpoint.get("state_dict", checkpoint)
+    if not all(isinstance(value, torch.Tensor) for value in state.values()):
+        raise ValueError("Expected a SLIP checkpoint with a 'state_dict' of tensors (or a plain state dict).")
+    return {key.removeprefix("module."): value for key, value in state.items()}
+
+
+def _count_blocks(state: Mapping[str, torch.Tensor], prefix: str) -> int:
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
+    return len({int(m.group(1)) for key in state if (m := pattern.match(key))})
+
+
+def diffclip_config_from_official(
+    state: Mapping[str, torch.Tensor], config_class: type[DiffCLIPConfig] = DiffCLIPConfig, **overrides: Any
+) -> DiffCLIPConfig:
+    """The config of a released DiffCLIP, read off the tensor shapes.
+
+    Vision: a timm ViT (no pre-LayerNorm, exact GELU, LayerNorm eps 1e-5 as the released DiffBlocks use).
+    Text: the OpenAI/SLIP transformer (QuickGELU, causal, EOS = the last vocabulary id, which `argmax` pooling
+    relies on). Heads = width / head_dim, with head_dim the λ-vector size (OpenAI's width/64 without λ).
+    λ_init is 0.8 in every layer, as released; override to load a DiffCLIP* checkpoint.
+    """
+    width = state["visual.cls_token"].shape[-1]
+    patch = state["visual.patch_embed.proj.weight"].shape[-1]
+    grid = math.isqrt(state["visual.pos_embed"].shape[1] - 1)
+    vision = {
+        "hidden_size": width,
+        "intermediate_size": state["visual.blocks.0.mlp.fc1.weight"].shape[0],
+        "num_hidden_layers": _count_blocks(state, "visual.blocks."),
+        "num_attention_heads": width // state["visual.blocks.0.attn.lambda_q1"].shape[0],
+        "num_channels": state["visual.patch_embed.proj.weight"].shape[1],
+        "image_size": grid * patch,
+        "patch_size": patch,
+        "hidden_act": "gelu",
+        "layer_norm_eps": 1e-5,
+        "pre_layernorm": False,
+    }
+    vocab_size, text_width = state["token_embedding.weight"].shape
+    text_lambda = state.get("transformer.resblocks.0.attn.lambda_q1")
+    text = {
+        "vocab_size": vocab_size,
+        "hidden_size": text_width,
+        "intermediate_size": state["transformer.resblocks.0.mlp.c_fc.weight"].shape[0],
+        "num_hidden_layers": _count_blocks(state, "transformer.resblocks."),
+        "num_attention_heads": text_width // (text_lambda.shape[0] if text_lambda is not None else 64),
+        "max_position_embeddings": state["positional_embedding"].shape[0],
+        "hidden_act": "quick_gelu",
+        "layer_norm_eps": 1e-5,
+        "pad_token_id": 0,
+        "bos_token_id": vocab_size - 2,
+        "eos_token_id": vocab_size - 1,
+        "differential_attention": text_lambda is not None,
+    }
+    top = {"projection_dim": state["image_projection"].shape[1]}
+    return build_config(config_class, text, vision, top, overrides)
+
+
+def _official_key_map(config: DiffCLIPConfig) -> dict[str, str]:
+    """DiffCLIP key -> released key for every DiffCLIP tensor (reshapes are applied afterwards)."""
+    key_map = {
+        "vision_model.embeddings.patch_embedding.weight": "visual.patch_embed.proj.weight",
+        "vision_model.embeddings.class_embedding": "visual.cls_token",
+        "vision_model.embeddings.position_embedding.weight": "visual.pos_embed",
+        "vision_model.post_layernorm.weight": "visual.norm.weight",
+        "vision_model.post_layernorm.bias": "visual.norm.bias",
+        "visual_projection.weight": "image_projection",
+        "text_model.embeddings.token_embedding.weight": "token_embedding.weight",
+        "text_model.embeddings.position_embedding.weight": "positional_embedding",
+        "text_model.final_layer_norm.weight": "ln_final.weight",
+        "text_model.final_layer_norm.bias": "ln_final.bias",
+        "text_projection.weight": "text_projection",
+        "logit_scale": "logit_scale",
+    }
+    towers = {
+        "vision_model": ("visual.blocks", "norm1", "norm2", "mlp.fc1", "mlp.fc2", config.vision_config),
+        "text_model": ("transformer.resblocks", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj", config.text_config),
+    }
+    for tower, (blocks, norm1, norm2, fc1, fc2, tower_config) in towers.items():
+        leaves = [f"{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")] + [
+            "out_proj.weight",
+            "out_proj.bias",
+        ]
+        if tower_config.differential_attention:
+            leaves += list(DIFFERENTIAL_LEAVES)
+        for i in range(tower_config.num_hidden_layers):
+            ours, theirs = f"{tower}.encoder.layers.{i}.", f"{blocks}.{i}."
+            for leaf in leaves:
+                key_map[f"{ours}self_attn.{leaf}"] = f"{theirs}attn.{leaf}"
+            for our_name, their_name in (
+                ("layer_norm1", norm1),
+                ("layer_norm2", norm2),
+                ("mlp.fc1", fc1),
+                ("mlp.fc2", fc2),
+            ):
+                for kind in ("weight", "bias"):
+                    key_map[f"{ours}{our_name}.{kind}"] = f"{theirs}{their_name}.{kind}"
+    return key_map
+
+
+def _is_causal_mask(tensor: torch.Tensor) -> bool:
+    """True for an additive causal mask (0 on and below the diagonal), a buffer OpenAI-style code keeps."""
+    if tensor.ndim != 2 or tensor.shape[0] != tensor.shape[1]:
+        return False
+    upper = torch.triu(torch.ones_like(tensor, dtype=torch.bool), diagonal=1)
+    return bool((tensor[~upper] == 0).all() and (tensor[upper] < -1e4).all())
+
+
+def official_to_diffclip_state_dict(
+    state: Mapping[str, torch.Tensor], config: DiffCLIPConfig
+) -> dict[str, torch.Tensor]:
+    """Map a released state dict to DiffCLIP keys; refuses unused or missing keys.
+
+    Reshapes: projections are raw `x @ W` parameters (transposed into `nn.Linear` weights); `cls_token` and
+    `pos_embed` lose their batch dims; timm's patch-embedding bias (absent in CLIP) is folded into the patch
+    position embeddings, which is exact because both are added to every patch token.
+    """
+    key_map = _official_key_map(config)
+    ignored = {key for key, value in state.items() if key.endswith("attn_mask") and _is_causal_mask(value)}
+    used = set(key_map.values()) | {"visual.patch_embed.proj.bias"} | ignored
+    missing = sorted(theirs for theirs in key_map.values() if theirs not in state)
+    unused = sorted(set(state) - used)
+    if missing or unused:
+        raise ValueError(
+            f"Official checkpoint layout mismatch: missing keys {missing[:8]}, unknown keys {unused[:8]}."
+        )
+    converted = {ours: state[theirs] for ours, theirs in key_map.items()}
+    converted["visual_projection.weight"] = converted["visual_projection.weight"].t()
+    converted["text_projection.weight"] = converted["text_projection.weight"].t()
+    converted["vision_model.embeddings.class_embedding"] = converted[
+        "vision_model.embeddings.class_embedding"
+    ].flatten()
+    position = converted["vision_model.embeddings.position_embedding.weight"].squeeze(0).clone()
+    if "visual.patch_embed.proj.bias" in state:
+        position[1:] += state["visual.patch_embed.proj.bias"]
+    converted["vision_model.embeddings.position_embedding.weight"] = position
+    return converted
+
+
+def diffclip_from_official_checkpoint(
+    path: str | os.PathLike, *, model_class: type[DiffCLIPModel] = DiffCLIPModel, **config_overrides: Any
+) -> DiffCLIPModel:
+    """Load a released DiffCLIP `checkpoint_best.pt` (e.g. `hammh0a/DiffCLIP_ViTB16_CC12M`).
+
+    Safe unpickling (`load_official_checkpoint`), config from the shapes (`diffclip_config_from_official`),
+    explicit key map with count and shape checks (`official_to_diffclip_state_dict`). Images must be
+    preprocessed as the release was trained: 224 px, ImageNet mean/std; text with the OpenAI BPE tokenizer,
+    77 tokens. Save the result with `save_pretrained` to get safetensors.
+    """
+    state = official_state_dict(load_official_checkpoint(path))
+    config = diffclip_config_from_official(state, model_class.config_class, **config_overrides)
+    model = model_class(config)
+    converted = official_to_diffclip_state_dict(state, config)
+    expected = model.state_dict()
+    if set(converted) != set(expected):
+        raise ValueError(
+            f"Key count mismatch: {len(converted)} converted vs {len(expected)} DiffCLIP tensors "
+            f"(missing {sorted(set(expected) - set(converted))[:5]})."
+        )
+    for key, tensor in converted.items():
+        if tensor.shape != expected[key].shape:
+            raise ValueError(
+                f"{key}: checkpoint shape {tuple(tensor.shape)} != model shape {tuple(expected[key].shape)}."
+            )
+    model.load_state_dict(converted, strict=True)
+    return model

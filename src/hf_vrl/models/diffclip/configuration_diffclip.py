@@ -1,0 +1,211 @@
+"""DiffCLIP configuration (Hammoud & Ghanem, "DiffCLIP: Differential Attention Meets CLIP", TMLR 2025).
+
+Mirrors transformers' `configuration_clip.py` field for field, plus the differential-attention options.
+Self-contained (imports only transformers and huggingface_hub, a transformers dependency) so it ships as
+Hub remote code.
+
+Head convention (as released by DiffCLIP): `num_attention_heads` is the *baseline CLIP* head count `H`;
+adjacent heads (2m, 2m+1) pair up into `H/2` differential heads whose value vectors are `2 * head_dim` wide,
+with `head_dim = hidden_size / H`. A CLIP checkpoint therefore loads into the same projection shapes.
+"""
+
+import math
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+LAMBDA_INIT_SCHEDULES = ("constant", "depth")
+
+
+@strict
+class DiffCLIPTowerConfig(PreTrainedConfig):
+    r"""Fields shared by the text and vision towers (CLIP's, plus differential attention).
+
+    differential_attention (`bool`, defaults to `True`):
+        Use differential attention in every layer of this tower; `False` gives plain CLIP attention
+        (DiffCLIP† uses `False` in the text tower).
+    lambda_init (`float`, defaults to 0.8):
+        λ_init of the constant schedule, used in every layer (the released DiffCLIP).
+    lambda_init_schedule (`str`, defaults to `"constant"`):
+        `"constant"`: λ_init = `lambda_init` in every layer. `"depth"`: λ_init(l) = 0.8 − 0.6·exp(−0.3·l) with
+        `l` the **0-based** layer index, i.e. the Differential Transformer's 0.8 − 0.6·exp(−0.3·(l′−1)) for
+        1-based l′ (unilm's `lambda_init_fn(depth)` is called with the 0-based layer index); the first layer
+        gets 0.2. This is DiffCLIP* (DiffCLIP §4.5).
+    lambda_std (`float`, defaults to 0.1):
+        Standard deviation of the normal init of the λ vectors λ_q1, λ_k1, λ_q2, λ_k2.
+    diff_norm_eps (`float`, defaults to 1e-5):
+        Epsilon of the RMSNorm applied to each differential head's output.
+    """
+
+    hidden_size: int = 512
+    intermediate_size: int = 2048
+    projection_dim: int | None = 512
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 8
+    hidden_act: str = "quick_gelu"
+    layer_norm_eps: float | None = 1e-5
+    attention_dropout: int | float | None = 0.0
+    initializer_range: float = 0.02
+    initializer_factor: float | int | None = 1.0
+
+    differential_attention: bool = True
+    lambda_init: float | int = 0.8
+    lambda_init_schedule: str = "constant"
+    lambda_std: float | int = 0.1
+    diff_norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def lambda_init_for_layer(self, layer_idx: int) -> float:
+        """λ_init of layer `layer_idx` (0-based): constant, or DiffCLIP*'s 0.8 − 0.6·exp(−0.3·l)."""
+        if self.lambda_init_schedule == "depth":
+            return 0.8 - 0.6 * math.exp(-0.3 * layer_idx)
+        return float(self.lambda_init)
+
+    def validate_architecture(self):
+        """Refuse shapes differential attention cannot use, saying what to change."""
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads}); change one of them."
+            )
+        if self.lambda_init_schedule not in LAMBDA_INIT_SCHEDULES:
+            raise ValueError(
+                f"Unknown lambda_init_schedule {self.lambda_init_schedule!r}: use one of "
+                f"{LAMBDA_INIT_SCHEDULES} "
+                "('constant' uses lambda_init in every layer, 'depth' is DiffCLIP*'s 0.8 - 0.6*exp(-0.3*l))."
+            )
+        if not self.differential_attention:
+            return
+        if self.num_attention_heads % 2 != 0:
+            raise ValueError(
+                "Differential attention pairs adjacent heads (2m, 2m+1), so num_attention_heads must be "
+                f"even (got {self.num_attention_heads}); use an even head count (the baseline CLIP's, "
+                "e.g. 8 or 12), or set differential_attention=False for this tower."
+            )
+        if not 0.0 <= self.lambda_init < 1.0:
+            raise ValueError(
+                f"lambda_init must lie in [0, 1) (got {self.lambda_init}): the head output is scaled by "
+                "(1 - lambda_init), so 1 would silence attention. The paper uses 0.8."
+            )
+
+
+@strict
+class DiffCLIPTextConfig(DiffCLIPTowerConfig):
+    r"""Text tower of DiffCLIP: CLIP's `CLIPTextConfig` fields plus the differential-attention fields of
+    [`DiffCLIPTowerConfig`]. Defaults: the CLIP ViT-B/16 text transformer (512 wide, 12 layers, 8 heads)."""
+
+    model_type = "diffclip_text_model"
+    base_config_key = "text_config"
+
+    vocab_size: int = 49408
+    max_position_embeddings: int = 77
+
+    # As in transformers' CLIPTextConfig (see transformers PR #24773 for the pad id).
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 49406
+    eos_token_id: int | list[int] | None = 49407
+
+
+@strict
+class DiffCLIPVisionConfig(DiffCLIPTowerConfig):
+    r"""Vision tower of DiffCLIP: CLIP's `CLIPVisionConfig` fields plus the differential-attention fields of
+    [`DiffCLIPTowerConfig`]. Defaults are ViT-B/16 (the architecture DiffCLIP released).
+
+    pre_layernorm (`bool`, defaults to `True`):
+        Apply CLIP's `pre_layrnorm` after the embeddings. The released DiffCLIP vision tower is a timm ViT,
+        which has none (`from_official_checkpoint` sets `False`).
+    """
+
+    model_type = "diffclip_vision_model"
+    base_config_key = "vision_config"
+
+    hidden_size: int = 768
+    intermediate_size: int = 3072
+    num_attention_heads: int = 12
+    num_channels: int = 3
+    image_size: int = 224
+    patch_size: int = 16
+    pre_layernorm: bool = True
+
+    def validate_architecture(self):
+        super().validate_architecture()
+        if self.image_size % self.patch_size != 0:
+            raise ValueError(
+                f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size}); "
+                "change one of them."
+            )
+
+
+@strict
+class DiffCLIPConfig(PreTrainedConfig):
+    r"""DiffCLIP: a CLIP dual encoder whose attention layers are differential (DiffCLIP §3.2).
+
+    text_config (`dict` or `DiffCLIPTextConfig`, *optional*): the text tower.
+    vision_config (`dict` or `DiffCLIPVisionConfig`, *optional*): the vision tower.
+    projection_dim (`int`, defaults to 512): width of the joint embedding space.
+    logit_scale_init_value (`float`, defaults to 2.6592): initial log of the logit multiplier, log(1/0.07).
+    diff_attention_in_text (`bool`, *optional*): `False` gives DiffCLIP† (differential attention in the
+        vision tower only, plain CLIP attention in the text tower). `None` reads
+        `text_config.differential_attention`.
+    lambda_init, lambda_init_schedule (*optional*): when set, used by both towers (see
+        [`DiffCLIPTowerConfig`]); `lambda_init_schedule="depth"` gives DiffCLIP*.
+
+    Top-level values are written into sub-configs given as dicts; a sub-config (dict or object) that
+    already holds a different value is refused.
+
+    Example:
+
+    ```python
+    >>> config = DiffCLIPConfig(diff_attention_in_text=False)  # DiffCLIP†
+    >>> config = DiffCLIPConfig(lambda_init_schedule="depth")  # DiffCLIP*
+    ```"""
+
+    model_type = "diffclip"
+    sub_configs_defaults = {"text_config": DiffCLIPTextConfig, "vision_config": DiffCLIPVisionConfig}
+
+    text_config: dict | DiffCLIPTextConfig | None = None
+    vision_config: dict | DiffCLIPVisionConfig | None = None
+    projection_dim: int = 512
+    logit_scale_init_value: float | int = 2.6592
+    initializer_factor: float | int = 1.0
+    diff_attention_in_text: bool | None = None
+    lambda_init: float | int | None = None
+    lambda_init_schedule: str | None = None
+
+    def __post_init__(self, **kwargs):
+        towers = ("text_config", "vision_config")
+        shared = {
+            "projection_dim": (self.projection_dim, towers),
+            "differential_attention": (self.diff_attention_in_text, ("text_config",)),
+            "lambda_init": (self.lambda_init, towers),
+            "lambda_init_schedule": (self.lambda_init_schedule, towers),
+        }
+        for field, (value, keys) in shared.items():
+            for key in keys if value is not None else ():
+                self._share_with_tower(key, field, value)
+        super().__post_init__(**kwargs)
+        self.diff_attention_in_text = self.text_config.differential_attention
+
+    def _share_with_tower(self, key: str, field: str, value) -> None:
+        """Write a top-level value into sub-config `key` (a dict), refusing a contradicting value there."""
+        sub = getattr(self, key)
+        sub = dict(sub or {}) if not isinstance(sub, PreTrainedConfig) else sub
+        current = getattr(sub, field) if isinstance(sub, PreTrainedConfig) else sub.get(field, value)
+        if current != value:
+            raise ValueError(
+                f"{key}.{field}={current!r} contradicts the top-level value {value!r}; set only one of them "
+                "(or make them equal)."
+            )
+        if isinstance(sub, dict):
+            sub[field] = value
+            setattr(self, key, sub)
+
+
+DiffCLIPConfig.register_for_auto_class()
+DiffCLIPTextConfig.register_for_auto_class()
+DiffCLIPVisionConfig.register_for_auto_class()
+
+__all__ = ["DiffCLIPConfig", "DiffCLIPTextConfig", "DiffCLIPTowerConfig", "DiffCLIPVisionConfig"]

@@ -1,0 +1,319 @@
+"""DiffCLIP conversion: from a transformers CLIP, and from the released (SLIP-style) DiffCLIP checkpoints."""
+
+import argparse
+import math
+import os
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_diffclip_reference import text_batch, tiny_config_kwargs
+from transformers import CLIPConfig, CLIPModel
+
+from hf_vrl.methods.diffclip.convert import diffclip_from_clip, load_official_checkpoint, set_lambda
+from hf_vrl.models.diffclip import DiffCLIPModel
+
+WIDTH, HEADS, LAYERS, PATCH, IMAGE, VOCAB, CONTEXT, PROJECTION = 32, 4, 2, 4, 16, 40, 16, 16
+
+
+@pytest.fixture(scope="module")
+def clip() -> CLIPModel:
+    """A tiny random CLIP with peaked maps (scaled queries) and value biases, as trained CLIPs have."""
+    torch.manual_seed(0)
+    model = CLIPModel(CLIPConfig(**tiny_config_kwargs())).eval()
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.endswith("self_attn"):
+                module.q_proj.weight.mul_(4.0)
+                module.v_proj.bias.normal_(0, 0.5)
+    return model
+
+
+def embeddings(model, pixel_values, input_ids, attention_mask):
+    with torch.no_grad():
+        image = model.get_image_features(pixel_values=pixel_values).pooler_output
+        text = model.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+    return image, text
+
+
+def test_from_clip_copies_every_weight_and_starts_close_to_clip(clip):
+    model = DiffCLIPModel.from_clip(clip).eval()
+    naive = diffclip_from_clip(clip, differential_init="random").eval()
+    clip_state, model_state = clip.state_dict(), model.state_dict()
+    assert len(model_state) == len(clip_state) + 2 * LAYERS * 5
+    for key, tensor in clip_state.items():
+        assert torch.equal(model_state[key], tensor), key
+    for attention in (layer.self_attn for layer in model.vision_model.encoder.layers):
+        assert attention.lambda_full().item() == pytest.approx(-1.0, abs=1e-6)
+        assert (attention.diff_norm.weight > 0).all()
+
+    pixel_values = torch.randn(8, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(1))
+    input_ids, attention_mask = text_batch(seed=1)
+    reference = embeddings(clip, pixel_values, input_ids, attention_mask)
+    converted = embeddings(model, pixel_values, input_ids, attention_mask)
+    naive_out = embeddings(naive, pixel_values, input_ids, attention_mask)
+    for ours, theirs, original in zip(converted, naive_out, reference):
+        similarity = F.cosine_similarity(ours, original, dim=-1).mean().item()
+        naive_similarity = F.cosine_similarity(theirs, original, dim=-1).mean().item()
+        assert similarity > 0.95 and 1 - similarity < 0.25 * (1 - naive_similarity), (
+            similarity,
+            naive_similarity,
+        )
+
+
+def test_from_clip_dagger_keeps_the_text_tower_exact_and_accepts_a_path(clip, tmp_path):
+    clip.save_pretrained(tmp_path)
+    calibration = {"pixel_values": torch.randn(4, 3, IMAGE, IMAGE), "input_ids": text_batch()[0]}
+    model = DiffCLIPModel.from_clip(
+        str(tmp_path),
+        diff_attention_in_text=False,
+        lambda_init_schedule="depth",
+        calibration_inputs=calibration,
+    )
+    assert not model.config.diff_attention_in_text
+    assert model.config.vision_config.lambda_init_schedule == "depth"
+    assert model.vision_model.encoder.layers[0].self_attn.lambda_init == pytest.approx(0.2)
+    input_ids, attention_mask = text_batch()
+    with torch.no_grad():
+        ours = model.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+        theirs = clip.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_from_clip_refuses_bad_overrides(clip):
+    with pytest.raises(ValueError, match="do not override architecture fields"):
+        diffclip_from_clip(clip, text_config={"intermediate_size": 48}, differential_init="random")
+    with pytest.raises(TypeError, match="Unknown DiffCLIP config override 'lambda'"):
+        diffclip_from_clip(clip, **{"lambda": 0.5})
+    with pytest.raises(ValueError, match="differential_init"):
+        diffclip_from_clip(clip, differential_init="zeros")
+    with pytest.raises(TypeError, match="Expected a transformers CLIPModel"):
+        diffclip_from_clip(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("target", [-1.0, 0.0, 0.8, 1.3])
+def test_set_lambda_hits_the_target_with_nonzero_vectors(target):
+    model = DiffCLIPModel.from_clip(CLIPModel(CLIPConfig(**tiny_config_kwargs())), differential_init="random")
+    attention = model.text_model.encoder.layers[1].self_attn
+    set_lambda(attention, target)
+    assert attention.lambda_full().item() == pytest.approx(target, abs=1e-6)
+    for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+        assert getattr(attention, name).norm() > 0.1
+    attention.lambda_full().backward()
+    assert all(getattr(attention, name).grad.norm() > 0 for name in ("lambda_q1", "lambda_k2"))
+
+
+# --- released checkpoints: a generated file in the SLIP / timm / OpenAI layout ---------------------------
+
+
+def official_state_dict(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights under the released DiffCLIP key names (timm ViT, OpenAI text, raw projections)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, std=0.2):
+        return torch.randn(*shape, generator=g) * std
+
+    head_dim = WIDTH // HEADS
+    state = {
+        "visual.patch_embed.proj.weight": rand(WIDTH, 3, PATCH, PATCH),
+        "visual.patch_embed.proj.bias": rand(WIDTH),
+        "visual.cls_token": rand(1, 1, WIDTH),
+        "visual.pos_embed": rand(1, (IMAGE // PATCH) ** 2 + 1, WIDTH),
+        "visual.norm.weight": 1 + rand(WIDTH),
+        "visual.norm.bias": rand(WIDTH),
+        "image_projection": rand(WIDTH, PROJECTION),
+        "token_embedding.weight": rand(VOCAB, WIDTH),
+        "positional_embedding": rand(CONTEXT, WIDTH),
+        "ln_final.weight": 1 + rand(WIDTH),
+        "ln_final.bias": rand(WIDTH),
+        "text_projection": rand(WIDTH, PROJECTION),
+        "logit_scale": torch.tensor(math.log(1 / 0.07)),
+    }
+    blocks = {
+        "visual.blocks": ("norm1", "norm2", "mlp.fc1", "mlp.fc2"),
+        "transformer.resblocks": ("ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj"),
+    }
+    for prefix, (norm1, norm2, fc1, fc2) in blocks.items():
+        for i in range(LAYERS):
+            block = f"{prefix}.{i}."
+            for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                state[f"{block}attn.{proj}.weight"] = rand(WIDTH, WIDTH, std=0.4)
+                state[f"{block}attn.{proj}.bias"] = rand(WIDTH)
+            for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+                state[f"{block}attn.{name}"] = rand(head_dim, std=0.3)
+            state[f"{block}attn.diff_norm.weight"] = 1 + rand(2 * head_dim)
+            for norm in (norm1, norm2):
+                state[f"{block}{norm}.weight"], state[f"{block}{norm}.bias"] = 1 + rand(WIDTH), rand(WIDTH)
+            state[f"{block}{fc1}.weight"], state[f"{block}{fc1}.bias"] = (
+                rand(2 * WIDTH, WIDTH),
+                rand(2 * WIDTH),
+            )
+            state[f"{block}{fc2}.weight"], state[f"{block}{fc2}.bias"] = rand(WIDTH, 2 * WIDTH), rand(WIDTH)
+    return state
+
+
+def slip_checkpoint(state: dict) -> dict:
+    """The SLIP training-checkpoint wrapper, with the non-tensor objects such files really hold."""
+    args = argparse.Namespace(
+        model="DiffCLIP_VITB16",
+        lr=5e-4,
+        wd=np.float64(0.5),
+        seed=np.int64(0),
+        output_dir=pathlib.PosixPath("/out"),
+    )
+    return {
+        "state_dict": {f"module.{key}": value for key, value in state.items()},
+        "optimizer": {"state": {}, "param_groups": [{"lr": 5e-4, "betas": (0.9, 0.98), "params": [0, 1]}]},
+        "scaler": {"scale": 65536.0, "growth_factor": 2.0},
+        "args": args,
+        "epoch": 39,
+        "best_acc1": np.float64(14.4),
+    }
+
+
+def released_attention(x, state, prefix, lambda_init=0.8, mask=None):
+    """The released DiffAttention math, batched: paired heads, shared λ, RMSNorm · (1 − λ_init)."""
+    batch, tokens, width = x.shape
+    head_dim = width // HEADS
+    q = F.linear(x, state[f"{prefix}q_proj.weight"], state[f"{prefix}q_proj.bias"])
+    k = F.linear(x, state[f"{prefix}k_proj.weight"], state[f"{prefix}k_proj.bias"])
+    v = F.linear(x, state[f"{prefix}v_proj.weight"], state[f"{prefix}v_proj.bias"])
+    q = q.view(batch, tokens, HEADS, head_dim).transpose(1, 2) * head_dim**-0.5
+    k = k.view(batch, tokens, HEADS, head_dim).transpose(1, 2)
+    v = v.view(batch, tokens, HEADS // 2, 2 * head_dim).transpose(1, 2)
+    scores = q @ k.transpose(-1, -2) + (0 if mask is None else mask)
+    maps = torch.softmax(scores, dim=-1).view(batch, HEADS // 2, 2, tokens, tokens)
+    lam = (
+        torch.exp(torch.sum(state[f"{prefix}lambda_q1"] * state[f"{prefix}lambda_k1"]))
+        - torch.exp(torch.sum(state[f"{prefix}lambda_q2"] * state[f"{prefix}lambda_k2"]))
+        + lambda_init
+    )
+    out = (maps[:, :, 0] - lam * maps[:, :, 1]) @ v
+    out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + 1e-5) * state[f"{prefix}diff_norm.weight"]
+    out = (out * (1 - lambda_init)).transpose(1, 2).reshape(batch, tokens, width)
+    return F.linear(out, state[f"{prefix}out_proj.weight"], state[f"{prefix}out_proj.bias"])
+
+
+def released_features(state, pixel_values, input_ids):
+    """SLIP's encode_image / encode_text with the released towers (timm ViT: no pre-norm, GELU)."""
+
+    def ln(x, name):
+        return F.layer_norm(x, (WIDTH,), state[f"{name}.weight"], state[f"{name}.bias"], eps=1e-5)
+
+    def mlp(x, fc1, fc2, act):
+        return F.linear(
+            act(F.linear(x, state[f"{fc1}.weight"], state[f"{fc1}.bias"])),
+            state[f"{fc2}.weight"],
+            state[f"{fc2}.bias"],
+        )
+
+    x = F.conv2d(
+        pixel_values,
+        state["visual.patch_embed.proj.weight"],
+        state["visual.patch_embed.proj.bias"],
+        stride=PATCH,
+    )
+    x = (
+        torch.cat([state["visual.cls_token"].expand(len(x), -1, -1), x.flatten(2).transpose(1, 2)], 1)
+        + state["visual.pos_embed"]
+    )
+    for i in range(LAYERS):
+        block = f"visual.blocks.{i}."
+        x = x + released_attention(ln(x, block + "norm1"), state, block + "attn.")
+        x = x + mlp(ln(x, block + "norm2"), block + "mlp.fc1", block + "mlp.fc2", F.gelu)
+    image = ln(x, "visual.norm")[:, 0] @ state["image_projection"]
+
+    tokens = input_ids.shape[1]
+    x = state["token_embedding.weight"][input_ids] + state["positional_embedding"][:tokens]
+    causal = torch.triu(torch.full((tokens, tokens), float("-inf")), diagonal=1)
+    for i in range(LAYERS):
+        block = f"transformer.resblocks.{i}."
+        x = x + released_attention(ln(x, block + "ln_1"), state, block + "attn.", mask=causal)
+        x = x + mlp(
+            ln(x, block + "ln_2"),
+            block + "mlp.c_fc",
+            block + "mlp.c_proj",
+            lambda t: t * torch.sigmoid(1.702 * t),
+        )
+    x = ln(x, "ln_final")
+    text = x[torch.arange(len(x)), input_ids.argmax(-1)] @ state["text_projection"]
+    return image, text
+
+
+def test_official_checkpoint_loads_safely_and_matches_the_released_math(tmp_path):
+    state = official_state_dict()
+    path = tmp_path / "checkpoint_best.pt"
+    torch.save(slip_checkpoint(state), path)
+    model = DiffCLIPModel.from_official_checkpoint(path).eval()
+    config = model.config
+    assert (config.vision_config.hidden_act, config.text_config.hidden_act) == ("gelu", "quick_gelu")
+    assert not config.vision_config.pre_layernorm and config.text_config.eos_token_id == VOCAB - 1
+    assert config.vision_config.num_attention_heads == HEADS and config.vision_config.image_size == IMAGE
+    assert all(layer.self_attn.lambda_init == 0.8 for layer in model.text_model.encoder.layers)
+
+    g = torch.Generator().manual_seed(2)
+    pixel_values = torch.randn(2, 3, IMAGE, IMAGE, generator=g)
+    input_ids = torch.randint(3, VOCAB - 2, (2, 10), generator=g)
+    input_ids[:, 0], input_ids[0, 9], input_ids[1, 6], input_ids[1, 7:] = VOCAB - 2, VOCAB - 1, VOCAB - 1, 0
+    expected_image, expected_text = released_features(state, pixel_values, input_ids)
+    with torch.no_grad():
+        image = model.get_image_features(pixel_values=pixel_values).pooler_output
+        text = model.get_text_features(
+            input_ids=input_ids, attention_mask=(input_ids > 0).long()
+        ).pooler_output
+    torch.testing.assert_close(image, expected_image, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(text, expected_text, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(model.logit_scale, state["logit_scale"])
+
+
+def test_official_checkpoint_with_unknown_or_missing_keys_is_refused(tmp_path):
+    state = official_state_dict()
+    state["visual.head.weight"] = torch.zeros(3, WIDTH)
+    del state["ln_final.bias"]
+    torch.save(slip_checkpoint(state), tmp_path / "ckpt.pt")
+    with pytest.raises(
+        ValueError, match=r"missing keys \['ln_final.bias'\], unknown keys \['visual.head.weight'\]"
+    ):
+        DiffCLIPModel.from_official_checkpoint(tmp_path / "ckpt.pt")
+
+
+class Exploit:
+    """Unpickling this would run a shell command."""
+
+    def __init__(self, marker: pathlib.Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pickle_with_a_code_global_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "pwned"
+    checkpoint = slip_checkpoint(official_state_dict())
+    checkpoint["args"] = Exploit(marker)
+    torch.save(checkpoint, tmp_path / "evil.pt")
+    with pytest.raises(ValueError, match=r"Refusing to load .*(posix|os)\.system"):
+        load_official_checkpoint(tmp_path / "evil.pt")
+    assert not marker.exists()
+
+
+def test_checkpoint_pickled_with_numpy_1_names_loads(tmp_path):
+    # The released files were written with numpy 1.x, whose scalars pickle as numpy.core.multiarray.scalar.
+    import zipfile
+
+    torch.save(slip_checkpoint(official_state_dict()), tmp_path / "numpy2.pt")
+    with (
+        zipfile.ZipFile(tmp_path / "numpy2.pt") as source,
+        zipfile.ZipFile(tmp_path / "numpy1.pt", "w") as target,
+    ):
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename.endswith("data.pkl"):
+                assert b"numpy._core.multiarray" in data
+                data = data.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+            target.writestr(item, data)
+    checkpoint = load_official_checkpoint(tmp_path / "numpy1.pt")
+    assert checkpoint["best_acc1"] == 14.4 and checkpoint["args"].wd == 0.5
+    assert checkpoint["args"].output_dir == pathlib.PosixPath("/out")

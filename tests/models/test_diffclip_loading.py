@@ -1,0 +1,178 @@
+"""DiffCLIP loading: remote code in a fresh interpreter without hf_vrl, Auto classes, the pipeline."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from test_diffclip_reference import text_batch, tiny_config_kwargs
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForZeroShotImageClassification,
+    CLIPImageProcessorPil,
+    PreTrainedTokenizerFast,
+    pipeline,
+)
+
+import hf_vrl.models  # noqa: F401 - registers the Auto classes
+from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel, DiffCLIPVisionConfig, DiffCLIPVisionModel
+
+REMOTE_LOAD = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    # hf_vrl is installed (editable) in this environment: make it unimportable, as on a user's machine.
+    class RefuseHfVrl(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "hf_vrl" or name.startswith("hf_vrl."):
+                raise ImportError("hf_vrl must not be needed to load the remote code")
+
+    sys.meta_path.insert(0, RefuseHfVrl())
+    import torch
+    from transformers import AutoModel
+
+    model_dir, inputs_path, outputs_path = sys.argv[1:4]
+    model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).eval()
+    assert "hf_vrl" not in sys.modules, sorted(m for m in sys.modules if m.startswith("hf_vrl"))
+    assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+    inputs = torch.load(inputs_path)
+    with torch.no_grad():
+        out = model(**inputs)
+    outputs = {"logits": out.logits_per_image, "image": out.image_embeds, "text": out.text_embeds}
+    torch.save({**outputs, "cls": type(model).__name__}, outputs_path)
+    """
+)
+
+
+def tiny_model(**overrides) -> DiffCLIPModel:
+    torch.manual_seed(0)
+    return DiffCLIPModel(DiffCLIPConfig(**tiny_config_kwargs(**overrides))).eval()
+
+
+def test_save_then_fresh_process_remote_code_load_is_identical(tmp_path):
+    model = tiny_model(diff_attention_in_text=False, vision_config={"lambda_init_schedule": "depth"})
+    model_dir = tmp_path / "model"
+    model.save_pretrained(model_dir)
+    assert {"config.json", "model.safetensors", "configuration_diffclip.py", "modeling_diffclip.py"} <= set(
+        os.listdir(model_dir)
+    )
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_diffclip.DiffCLIPConfig",
+        "AutoModel": "modeling_diffclip.DiffCLIPModel",
+    }
+    assert config["model_type"] == "diffclip" and config["text_config"]["model_type"] == "diffclip_text_model"
+
+    input_ids, attention_mask = text_batch()
+    inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "pixel_values": torch.randn(3, 3, 16, 16),
+    }
+    torch.save(inputs, tmp_path / "inputs.pt")
+    with torch.no_grad():
+        expected = model(**inputs)
+    env = {
+        **os.environ,
+        "PYTHONPATH": "",
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "HF_HOME": str(tmp_path / "hf_home"),
+    }
+    script = tmp_path / "load.py"
+    script.write_text(REMOTE_LOAD)
+    args = [
+        sys.executable,
+        str(script),
+        str(model_dir),
+        str(tmp_path / "inputs.pt"),
+        str(tmp_path / "out.pt"),
+    ]
+    result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = torch.load(tmp_path / "out.pt")
+    assert loaded["cls"] == "DiffCLIPModel"
+    torch.testing.assert_close(loaded["logits"], expected.logits_per_image, rtol=0, atol=0)
+    torch.testing.assert_close(loaded["image"], expected.image_embeds, rtol=0, atol=0)
+    torch.testing.assert_close(loaded["text"], expected.text_embeds, rtol=0, atol=0)
+
+
+def test_registered_auto_classes_resolve_without_remote_code(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path / "full")
+    assert type(AutoModel.from_pretrained(tmp_path / "full")) is DiffCLIPModel
+    assert type(AutoModelForZeroShotImageClassification.from_pretrained(tmp_path / "full")) is DiffCLIPModel
+    assert type(AutoConfig.from_pretrained(tmp_path / "full")) is DiffCLIPConfig
+
+    tower, info = DiffCLIPVisionModel.from_pretrained(tmp_path / "full", output_loading_info=True)
+    assert not info["missing_keys"] and all(not key.startswith("vision") for key in info["unexpected_keys"])
+    pixel_values = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            tower(pixel_values=pixel_values).pooler_output,
+            model.vision_model(pixel_values=pixel_values).pooler_output,
+        )
+
+    vision = DiffCLIPVisionModel(DiffCLIPVisionConfig(**tiny_config_kwargs()["vision_config"]))
+    vision.save_pretrained(tmp_path / "vision")
+    auto_map = json.loads((tmp_path / "vision" / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModel"] == "modeling_diffclip.DiffCLIPVisionModel"
+    reloaded = AutoModel.from_pretrained(tmp_path / "vision")
+    assert type(reloaded) is DiffCLIPVisionModel
+    torch.testing.assert_close(reloaded.state_dict(), vision.state_dict())
+
+
+@pytest.fixture
+def toy_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over a tiny vocabulary; PAD = 0, BOS = 1, EOS = 3 (as `tiny_config_kwargs`)."""
+    words = ["<pad>", "<bos>", "<unk>", "<eos>", "this", "is", "a", "photo", "of", "cat", "dog", "car", "."]
+    backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>"))
+    backend.normalizer = normalizers.Lowercase()
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="<bos> $A <eos>", special_tokens=[("<bos>", 1), ("<eos>", 3)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
+    )
+
+
+def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
+    model = tiny_model()
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+    image = Image.fromarray((np.random.default_rng(0).random((20, 24, 3)) * 255).astype("uint8"))
+    labels = ["cat", "dog", "car"]
+    classifier = pipeline(
+        "zero-shot-image-classification",
+        model=model,
+        image_processor=image_processor,
+        tokenizer=toy_tokenizer,
+    )
+    result = classifier(image, candidate_labels=labels)
+    assert sorted(r["label"] for r in result) == sorted(labels)
+    assert sum(r["score"] for r in result) == pytest.approx(1.0)
+
+    pixel_values = image_processor(images=[image], return_tensors="pt")["pixel_values"]
+    texts = toy_tokenizer(
+        [f"This is a photo of {label}." for label in labels], padding=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        probs = model(pixel_values=pixel_values, **texts).logits_per_image.softmax(-1)[0]
+    assert {r["label"]: r["score"] for r in result} == pytest.approx(
+        dict(zip(labels, probs.tolist())), abs=1e-5
+    )
+
+    model.save_pretrained(tmp_path)
+    image_processor.save_pretrained(tmp_path)
+    toy_tokenizer.save_pretrained(tmp_path)
+    from_dir = pipeline("zero-shot-image-classification", model=str(tmp_path))
+    assert type(from_dir.model) is DiffCLIPModel
+    scores = {r["label"]: r["score"] for r in from_dir(image, candidate_labels=labels)}
+    assert scores == pytest.approx({r["label"]: r["score"] for r in result}, abs=1e-6)
