@@ -13,10 +13,10 @@ demo: setup
 	$(VENV)/bin/hf-vrl demo
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 test-slow: setup
-	RUN_SLOW=1 $(PY) -m pytest -q -m slow
+	RUN_SLOW=1 $(PY) -m pytest -q -n 2 -m slow
 
 lint: setup
 	$(VENV)/bin/ruff format --check src tests benchmarks examples

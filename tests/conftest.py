@@ -7,11 +7,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# Tiny models run fastest on one thread, and a thread of a multi-threaded op cannot stall on a core that a
+# parallel test worker (pytest -n 2) or a spawned process holds.
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):
-    import torch
-
     gates = {
         "slow": (os.environ.get("RUN_SLOW") == "1", "slow: set RUN_SLOW=1"),
         "gpu": (torch.cuda.is_available(), "gpu: needs CUDA"),

@@ -131,3 +131,20 @@ def test_cls_labels_and_reduced_scale_decoding(tmp_path):
     rows = list(load_image_text(str(tmp_path / "cls.tar"), decode_size=32))
     assert [r["label"] for r in rows] == [0, 2, 4]
     assert all(r["image"].size == (64, 32) for r in rows)  # JPEG draft: 1/4 keeps the short side >= 32
+
+
+def test_brace_patterns_expand_like_webdataset(tmp_path):
+    from hf_vrl.data.webdataset import expand_braces, resolve_files
+
+    assert expand_braces("cc3m-{00008..00011}.tar") == [f"cc3m-{i:05d}.tar" for i in range(8, 12)]
+    assert expand_braces("{train,val}-{0..1}.tar") == ["train-0.tar", "train-1.tar", "val-0.tar", "val-1.tar"]
+    assert expand_braces("plain.tar") == ["plain.tar"]
+    with pytest.raises(ValueError, match="two integers"):
+        expand_braces("x-{a..b}.tar")
+    for i in range(3):
+        (tmp_path / f"{i:05d}.tar").write_bytes(b"")
+    assert resolve_files(str(tmp_path / "{00000..00002}.tar")) == [
+        str(tmp_path / f"{i:05d}.tar") for i in range(3)
+    ]
+    with pytest.raises(FileNotFoundError):
+        resolve_files(str(tmp_path / "{00000..00003}.tar"))

@@ -53,13 +53,38 @@ def stream_features() -> Features:
     )
 
 
+_BRACES = re.compile(r"\{([^{}]*)\}")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Expand webdataset/img2dataset brace patterns: ``cc3m-{00000..00002}.tar`` (zero-padded ranges) and
+    ``{train,val}.tar`` (alternatives), several groups allowed; a pattern without braces is returned as is."""
+    match = _BRACES.search(pattern)
+    if match is None:
+        return [pattern]
+    body = match.group(1)
+    if ".." in body:
+        start, stop = body.split("..", 1)
+        if not (start.isdigit() and stop.isdigit()):
+            raise ValueError(
+                f"brace range {{{body}}} in {pattern!r} must be two integers, e.g. {{00000..00331}}"
+            )
+        width = len(start) if start.startswith("0") else 0
+        options = [str(i).zfill(width) for i in range(int(start), int(stop) + 1)]
+    else:
+        options = body.split(",")
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    return [expanded for option in options for expanded in expand_braces(head + option + tail)]
+
+
 def resolve_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
-    """Sorted files from a glob, a file, a folder (its .tar/.parquet/.csv/.tsv files) or a list of those."""
+    """Sorted files from a glob, a brace pattern (``{00000..00331}.tar``), a file, a folder (its
+    .tar/.parquet/.csv/.tsv files) or a list of those."""
     if isinstance(source, (str, os.PathLike)):
         source = [source]
+    source = [expanded for item in source for expanded in expand_braces(os.fspath(item))]
     files: list[str] = []
     for item in source:
-        item = os.fspath(item)
         if os.path.isdir(item):
             found = sorted(
                 str(p) for p in Path(item).iterdir() if p.suffix in TAR_EXTENSIONS + TABLE_EXTENSIONS
