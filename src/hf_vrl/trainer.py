@@ -141,6 +141,12 @@ class ContrastiveTrainer(VRLTrainer):
         self.loss_fn = loss_fn or partial(clip_contrastive_loss, local_loss=True, gather_with_grad=True)
         self.max_logit_scale = max_logit_scale
 
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        """Only weight matrices (ndim >= 2) decay, as in open_clip and SLIP (DiffCLIP's code base): biases,
+        norms, the class embedding, ``logit_scale`` and DiffCLIP's λ vectors do not. transformers' default
+        would decay the last three, pulling the logit scale towards 1."""
+        return [name for name, param in model.named_parameters() if param.ndim >= 2]
+
     def _logit_scale_param(self, model: nn.Module) -> nn.Parameter:
         param = getattr(self.accelerator.unwrap_model(model), "logit_scale", None)
         if param is None:

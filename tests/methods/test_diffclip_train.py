@@ -17,7 +17,6 @@ from hf_vrl.data.registry import load_dataset_by_name
 from hf_vrl.methods.diffclip import train as train_module
 from hf_vrl.methods.diffclip.train import (
     RandomResizedCropCollator,
-    SLIPContrastiveTrainer,
     build_model,
     evaluate_model,
     load_processors,
@@ -25,6 +24,7 @@ from hf_vrl.methods.diffclip.train import (
     training_arguments,
 )
 from hf_vrl.presets import load_preset, preset_path
+from hf_vrl.trainer import ContrastiveTrainer
 
 # tiny runs: 32 training pairs in batches of 8 (4 steps per epoch), 16 evaluation pairs
 COMMON = "--train-limit 32 --batch-size 8 --eval-limit 16 --logging-steps 1 --seed 0".split()
@@ -83,13 +83,13 @@ def test_resume_continues_at_the_checkpoint_step(runs, tmp_path, monkeypatch):
     resumed = tmp_path / "resumed"
     shutil.copytree(reference / "checkpoint-2", resumed / "checkpoint-2")
     trained_steps = []
-    original_step = SLIPContrastiveTrainer.training_step
+    original_step = ContrastiveTrainer.training_step
 
     def counting_step(self, *args, **kwargs):
         trained_steps.append(self.state.global_step)
         return original_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(SLIPContrastiveTrainer, "training_step", counting_step)
+    monkeypatch.setattr(ContrastiveTrainer, "training_step", counting_step)
     argv = [*COMMON, *NO_CROP, *f"--output-dir {resumed} --max-steps 4 --save-steps 2 --no-eval".split()]
     assert main([*argv, "--resume-from-checkpoint"]) == 0
     assert trained_steps == [2, 3]  # the micro-batches of optimizer steps 3 and 4 (global_step before each)
@@ -183,9 +183,9 @@ def test_b16_recipe_training_arguments(tmp_path, monkeypatch):
         training_arguments({"learning_rat": 1e-3}, tmp_path)
 
 
-def test_slip_weight_decay_only_on_matrices(tmp_path):
+def test_weight_decay_only_on_matrices(tmp_path):
     model = build_model("diffclip", "diffclip-tiny")
-    trainer = SLIPContrastiveTrainer(
+    trainer = ContrastiveTrainer(
         model=model, args=TrainingArguments(output_dir=str(tmp_path), weight_decay=0.5, report_to="none")
     )
     decayed = set(trainer.get_decay_parameter_names(model))

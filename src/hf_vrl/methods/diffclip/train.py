@@ -35,7 +35,6 @@ __all__ = [
     "ARCHS",
     "DEFAULT_PRESET",
     "RandomResizedCropCollator",
-    "SLIPContrastiveTrainer",
     "build_model",
     "comparison_table",
     "evaluate_model",
@@ -280,15 +279,6 @@ def training_arguments(
         ) from error
 
 
-class SLIPContrastiveTrainer(ContrastiveTrainer):
-    """`ContrastiveTrainer` with SLIP's weight-decay rule (DiffCLIP's training code): only weight matrices
-    (ndim >= 2) decay. Biases, norms, the class embedding, `logit_scale` and DiffCLIP's λ vectors do not;
-    transformers' default would decay the last three, pulling the logit scale towards 1 at wd 0.5."""
-
-    def get_decay_parameter_names(self, model: torch.nn.Module) -> list[str]:
-        return [name for name, param in model.named_parameters() if param.ndim >= 2]
-
-
 def train_clip_like(
     model: PreTrainedModel,
     train_dataset: Any,
@@ -299,9 +289,9 @@ def train_clip_like(
     crop_scale: tuple[float, float] | None = None,
     resume_from_checkpoint: str | bool | None = None,
     callbacks: list[TrainerCallback] | None = None,
-) -> SLIPContrastiveTrainer:
+) -> ContrastiveTrainer:
     """Train a CLIP-like dual encoder (DiffCLIP, CLIPModel) with the CLIP loss; returns the trainer (a
-    `ContrastiveTrainer` with SLIP's weight-decay rule: weight matrices only).
+    `ContrastiveTrainer`, whose weight decay applies to weight matrices only, as in SLIP).
 
     Batches come from `ImageTextCollator(image_processor, tokenizer)`, behind SLIP's RandomResizedCrop to the
     model's image size when `crop_scale` is given (e.g. (0.5, 1.0)). The model is trained in place; nothing is
@@ -314,7 +304,7 @@ def train_clip_like(
         collator = RandomResizedCropCollator(
             collator, model.config.vision_config.image_size, tuple(crop_scale)
         )
-    trainer = SLIPContrastiveTrainer(
+    trainer = ContrastiveTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
