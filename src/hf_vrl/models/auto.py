@@ -8,6 +8,7 @@ classes, without `trust_remote_code`. The zero-shot-image-classification pipelin
 
 from transformers import AutoConfig, AutoModel, AutoModelForZeroShotImageClassification
 
+from .dcr import DCRConfig, DCRModel
 from .diffclip import (
     DiffCLIPConfig,
     DiffCLIPModel,
@@ -17,8 +18,9 @@ from .diffclip import (
     DiffCLIPVisionModel,
 )
 
-AUTO_CONFIGS = (DiffCLIPConfig, DiffCLIPTextConfig, DiffCLIPVisionConfig)
+AUTO_CONFIGS = (DiffCLIPConfig, DiffCLIPTextConfig, DiffCLIPVisionConfig, DCRConfig)
 AUTO_MODELS = (
+    (AutoModel, DCRConfig, DCRModel),
     (AutoModel, DiffCLIPConfig, DiffCLIPModel),
     (AutoModel, DiffCLIPTextConfig, DiffCLIPTextModel),
     (AutoModel, DiffCLIPVisionConfig, DiffCLIPVisionModel),

@@ -222,7 +222,7 @@ class RandomResizedCropCollator:
     def crop(self, image: Any) -> Any:
         from PIL import Image
 
-        from hf_vrl.methods.dcr.augment import random_resized_crop_box
+        from hf_vrl.data.crop import random_resized_crop_box
 
         top, left, h, w = random_resized_crop_box(image.height, image.width, tuple(self.scale), self.ratio)
         return image.resize((self.size, self.size), Image.BILINEAR, box=(left, top, left + w, top + h))

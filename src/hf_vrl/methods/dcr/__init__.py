@@ -1,0 +1,31 @@
+"""DCR (Diffusion Contrastive Reconstruction, arXiv 2603.04803): method code that is not Hub-facing.
+
+loss.py       dcr_loss (Eq. 12) and the baselines' objectives (Eq. 7-9, 11)
+diffusion.py  the frozen SD UNet/VAE/scheduler (load_diffusion, tiny_diffusion)
+augment.py    the positive view a(x) in torch
+task.py       DCRTask: trainable DCRModel + frozen diffusion + objective -> {"loss", metrics}
+trainer.py    DCRTrainer, prepare_stage (stage 1 projector / stage 2 LoRA / end-to-end)
+export.py     merge LoRA, save a plain transformers vision tower
+evaluate.py   before/after D-ability (clustering) and P-ability (MMVP-style)
+toy.py        the tiny CLIP and tiny SD of the toy world
+train.py      `hf-vrl train dcr`
+The Hub-facing model (DCRConfig, DCRModel) lives in hf_vrl.models.dcr.
+"""
+
+from .loss import (
+    dcr_logits,
+    dcr_loss,
+    gradient_cosine,
+    joint_loss,
+    reconstruction_loss,
+    supervised_contrastive_loss,
+)
+
+__all__ = [
+    "dcr_logits",
+    "dcr_loss",
+    "gradient_cosine",
+    "joint_loss",
+    "reconstruction_loss",
+    "supervised_contrastive_loss",
+]

@@ -1,0 +1,322 @@
+"""The frozen diffusion side of DCR: SD UNet eps_theta, VAE, DDPM forward process, empty-prompt embedding.
+
+DCR keeps the generative model frozen (§4.2, "Training Protocol"). Loads any SD-1.x/2.x pipeline folder or Hub
+id in diffusers layout (`unet/`, `vae/`, `scheduler/`, `text_encoder/`, `tokenizer/`). The paper's backbone is
+SD-2.1-base; Stability AI took `stabilityai/stable-diffusion-2-1-base` offline in Nov 2025, so use a mirror
+such as `Manojb/stable-diffusion-2-1-base` (the one the official README names) or a local copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+logger = logging.getLogger(__name__)
+
+PREDICTION_TARGETS = ("epsilon", "v_prediction", "scheduler")
+CHECKPOINTING_MODES = ("none", "blocks", "chunks")
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+_DTYPES |= {"float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """`"bf16"`/`"bfloat16"`/`"fp16"`/`"float16"`/`"fp32"`/`"float32"` or a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def sd_ddpm_scheduler(**overrides):
+    """The DDPM scheduler SD was trained with (official code: 1000 steps, scaled_linear 0.00085 -> 0.012)."""
+    from diffusers import DDPMScheduler
+
+    settings = (
+        dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear")
+        | overrides
+    )
+    return DDPMScheduler(**settings)
+
+
+def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    return module if next(module.parameters()).dtype == dtype else module.to(dtype)
+
+
+class FrozenDiffusion(nn.Module):
+    """Frozen SD UNet + VAE in reduced precision, the DDPM forward process and the empty-prompt embedding.
+
+    Not part of the saved model: the trainer keeps it outside `DCRModel`. `train()` never unfreezes it.
+    """
+
+    def __init__(
+        self,
+        unet: nn.Module,
+        vae: nn.Module,
+        scheduler,
+        null_text_embeds: torch.Tensor,
+        dtype: str | torch.dtype = torch.float32,
+        gradient_checkpointing: str = "none",
+    ):
+        super().__init__()
+        if gradient_checkpointing not in CHECKPOINTING_MODES:
+            raise ValueError(
+                f"gradient_checkpointing must be one of {CHECKPOINTING_MODES}, got {gradient_checkpointing!r}"
+            )
+        dtype = resolve_dtype(dtype)
+        self.unet = _cast(unet, dtype).requires_grad_(False).eval()
+        self.vae = _cast(vae, dtype).requires_grad_(False).eval()
+        self.scheduler = scheduler
+        self.gradient_checkpointing = gradient_checkpointing
+        if gradient_checkpointing == "blocks":
+            self.unet.enable_gradient_checkpointing()
+        alphas_cumprod = scheduler.alphas_cumprod.detach().clone().float()
+        self.register_buffer("alphas_cumprod", alphas_cumprod, persistent=False)
+        self.register_buffer("null_text_embeds", null_text_embeds.detach().float().clone(), persistent=False)
+
+    def train(self, mode: bool = True) -> FrozenDiffusion:
+        """Stay in eval mode: the generative model is frozen (no dropout, no norm-statistics updates)."""
+        return super().train(False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.unet.parameters()).dtype
+
+    @property
+    def num_train_timesteps(self) -> int:
+        return len(self.alphas_cumprod)
+
+    @property
+    def prediction_type(self) -> str:
+        """What the scheduler (hence the UNet) is parameterised to predict."""
+        return self.scheduler.config.prediction_type
+
+    @torch.no_grad()
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        """VAE latents x~ = Enc(x) * scaling_factor of images in [0, 1], at the resolution given (the CLIP
+        one)."""
+        posterior = self.vae.encode((images * 2.0 - 1.0).to(self.dtype)).latent_dist
+        return posterior.sample().float() * self.vae.config.scaling_factor
+
+    def sample_timesteps(self, batch_size: int, device: torch.device) -> torch.Tensor:
+        """t ~ U{0, ..., T-1}, one per image (Algorithm 1, line 5)."""
+        return torch.randint(0, self.num_train_timesteps, (batch_size,), device=device)
+
+    def _alphas(self, timesteps: torch.Tensor, ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        alpha_bar = self.alphas_cumprod[timesteps].view(-1, *([1] * (ndim - 1)))
+        return alpha_bar.sqrt(), (1.0 - alpha_bar).sqrt()
+
+    def add_noise(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        """x_t = sqrt(a_bar_t) x~ + sqrt(1 - a_bar_t) eps (Algorithm 1, line 7)."""
+        sqrt_alpha, sqrt_one_minus = self._alphas(timesteps, latents.dim())
+        return sqrt_alpha * latents + sqrt_one_minus * noise
+
+    def target(
+        self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor, kind: str
+    ) -> torch.Tensor:
+        """The ground-truth "eps_gt" of Eq. 12.
+
+        `"epsilon"`: the noise (paper); `"v_prediction"`: sqrt(a_bar) eps - sqrt(1 - a_bar) x~ (official code,
+        whatever the UNet's parameterisation); `"scheduler"`: whatever the scheduler's `prediction_type` says.
+        """
+        if kind == "scheduler":
+            kind = {"epsilon": "epsilon", "v_prediction": "v_prediction", "sample": "sample"}[
+                self.prediction_type
+            ]
+        if kind == "epsilon":
+            return noise
+        if kind == "v_prediction":
+            sqrt_alpha, sqrt_one_minus = self._alphas(timesteps, latents.dim())
+            return sqrt_alpha * noise - sqrt_one_minus * latents
+        if kind == "sample":
+            return latents
+        raise ValueError(f"target must be one of {PREDICTION_TARGETS}, got {kind!r}")
+
+    def _unet(self, noisy: torch.Tensor, timesteps: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:
+        out = self.unet(
+            noisy.to(self.dtype), timesteps, encoder_hidden_states=conditions.to(self.dtype)
+        ).sample
+        return out.float()
+
+    def predict(
+        self,
+        noisy: torch.Tensor,
+        timesteps: torch.Tensor,
+        conditions: torch.Tensor,
+        latent_index: torch.Tensor | None = None,
+        condition_index: torch.Tensor | None = None,
+        chunk_size: int | None = None,
+    ) -> torch.Tensor:
+        """eps_theta(x_t[latent_index], t[latent_index], c[condition_index]) for every pair, in chunks, fp32
+        out.
+
+        With indices, pair k pairs latent `latent_index[k]` with condition `condition_index[k]` (DCR's B^2
+        grid); without, latent k is paired with condition k. `chunk_size` bounds the UNet batch; with
+        `gradient_checkpointing="chunks"` each chunk is recomputed in backward so only its inputs are kept.
+        """
+        if latent_index is None:
+            latent_index = torch.arange(len(noisy), device=noisy.device)
+        if condition_index is None:
+            condition_index = latent_index
+        if latent_index.shape != condition_index.shape:
+            raise ValueError("latent_index and condition_index must have the same length")
+        total = len(latent_index)
+        size = total if chunk_size is None else chunk_size
+        if size <= 0:
+            raise ValueError(f"unet_chunk_size must be positive, got {chunk_size}")
+        recompute = (
+            self.gradient_checkpointing == "chunks" and torch.is_grad_enabled() and conditions.requires_grad
+        )
+        outputs = []
+        for start in range(0, total, size):
+            lat, cond = latent_index[start : start + size], condition_index[start : start + size]
+            if recompute:
+                outputs.append(
+                    checkpoint(self._pair_chunk, noisy, timesteps, conditions, lat, cond, use_reentrant=False)
+                )
+            else:
+                outputs.append(self._pair_chunk(noisy, timesteps, conditions, lat, cond))
+        return torch.cat(outputs)
+
+    def _pair_chunk(self, noisy, timesteps, conditions, latent_index, condition_index) -> torch.Tensor:
+        return self._unet(noisy[latent_index], timesteps[latent_index], conditions[condition_index])
+
+
+@torch.no_grad()
+def empty_prompt_embedding(pretrained: str | Path, device: str | torch.device = "cpu") -> torch.Tensor:
+    """The SD text encoder's embedding of the empty prompt `[1, 77, D]`, padded to the context length as SD's
+    pipelines do (official `uc`); computed once."""
+    from transformers import AutoTokenizer, CLIPTextModel
+
+    tokenizer = AutoTokenizer.from_pretrained(str(pretrained), subfolder="tokenizer")
+    text_encoder = CLIPTextModel.from_pretrained(
+        str(pretrained), subfolder="text_encoder", dtype=torch.float32
+    )
+    max_length = min(tokenizer.model_max_length, text_encoder.config.max_position_embeddings)
+    ids = tokenizer(
+        [""], padding="max_length", max_length=max_length, truncation=True, return_tensors="pt"
+    ).input_ids
+    return text_encoder.to(device)(input_ids=ids.to(device)).last_hidden_state
+
+
+def load_diffusion(
+    pretrained: str | Path,
+    dtype: str | torch.dtype = "bfloat16",
+    gradient_checkpointing: str = "none",
+    device: str | torch.device = "cpu",
+) -> FrozenDiffusion:
+    """Load a frozen SD-1.x/2.x pipeline (Hub id or local dir) for DCR.
+
+    UNet and VAE go to `dtype` (bf16 by default, as the official code; the trained encoder stays fp32). The
+    DDPM scheduler is built from the pipeline's `scheduler/` config (betas and `prediction_type`), falling
+    back to SD's standard schedule when the folder has none. The text encoder is used once for the empty
+    prompt, then dropped.
+    """
+    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+
+    pretrained = str(pretrained)
+    dtype = resolve_dtype(dtype)
+    unet = UNet2DConditionModel.from_pretrained(pretrained, subfolder="unet", dtype=dtype)
+    vae = AutoencoderKL.from_pretrained(pretrained, subfolder="vae", dtype=dtype)
+    try:
+        scheduler = DDPMScheduler.from_pretrained(pretrained, subfolder="scheduler")
+    except OSError:
+        logger.warning("%s has no scheduler/ config: using SD's standard DDPM schedule (epsilon)", pretrained)
+        scheduler = sd_ddpm_scheduler()
+    null = empty_prompt_embedding(pretrained, device)
+    return FrozenDiffusion(unet, vae, scheduler, null, dtype, gradient_checkpointing).to(device)
+
+
+def tiny_diffusion(
+    save_dir: str | Path,
+    image_size: int = 16,
+    cross_attention_dim: int = 16,
+    block_out_channels: tuple[int, ...] = (8, 16),
+    vae_block_out_channels: tuple[int, ...] | None = None,
+    text_encoder: str | Path | None = None,
+    text_context_length: int = 77,
+    prediction_type: str = "epsilon",
+    seed: int = 0,
+) -> Path:
+    """Write a tiny random SD-style pipeline folder (diffusers `get_dummy_components` style) and return its
+    path.
+
+    Loading it with `load_diffusion(save_dir)` exercises exactly the code path of a real SD checkpoint. The
+    VAE (`vae_block_out_channels`, default `block_out_channels`) downsamples by 2 per extra block and its
+    posterior log-variance is pinned to -10 so the random encoder is near-deterministic. `text_encoder` (a
+    CLIP checkpoint) supplies the text tower and tokenizer, as SD's comes from CLIP; by default a 1-layer
+    random one.
+    """
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    save_dir = Path(save_dir)
+    vae_channels = vae_block_out_channels or block_out_channels
+    groups = min(math.gcd(*block_out_channels, *vae_channels), 4)
+    latent_size = image_size // 2 ** (len(vae_channels) - 1)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        text_model, tokenizer = _tiny_text_encoder(text_encoder, cross_attention_dim, text_context_length)
+        unet = UNet2DConditionModel(
+            sample_size=latent_size,
+            in_channels=4,
+            out_channels=4,
+            block_out_channels=block_out_channels,
+            layers_per_block=1,
+            down_block_types=("DownBlock2D",) + ("CrossAttnDownBlock2D",) * (len(block_out_channels) - 1),
+            up_block_types=("CrossAttnUpBlock2D",) * (len(block_out_channels) - 1) + ("UpBlock2D",),
+            cross_attention_dim=text_model.config.hidden_size,
+            attention_head_dim=max(1, block_out_channels[-1] // 4),
+            norm_num_groups=groups,
+        )
+        vae = AutoencoderKL(
+            in_channels=3,
+            out_channels=3,
+            down_block_types=("DownEncoderBlock2D",) * len(vae_channels),
+            up_block_types=("UpDecoderBlock2D",) * len(vae_channels),
+            block_out_channels=vae_channels,
+            latent_channels=4,
+            norm_num_groups=groups,
+            sample_size=image_size,
+        )
+    with torch.no_grad():
+        vae.quant_conv.weight[4:].zero_()  # output channels 4..7 are the posterior log-variance
+        vae.quant_conv.bias[4:].fill_(-10.0)
+    unet.save_pretrained(save_dir / "unet")
+    vae.save_pretrained(save_dir / "vae")
+    sd_ddpm_scheduler(prediction_type=prediction_type).save_pretrained(save_dir / "scheduler")
+    text_model.save_pretrained(save_dir / "text_encoder")
+    tokenizer.save_pretrained(save_dir / "tokenizer")
+    return save_dir
+
+
+def _tiny_text_encoder(source: str | Path | None, width: int, context_length: int) -> tuple:
+    """(CLIPTextModel, tokenizer): from a CLIP checkpoint, or a random 1-layer one knowing only BOS/EOS."""
+    from transformers import AutoTokenizer, CLIPModel, CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+    if source is not None:
+        text_model = CLIPModel.from_pretrained(str(source)).text_model
+        return text_model, AutoTokenizer.from_pretrained(str(source))
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}  # the empty prompt needs only BOS and EOS (= pad)
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=[], model_max_length=context_length)
+    config = CLIPTextConfig(
+        vocab_size=len(vocab),
+        hidden_size=width,
+        intermediate_size=2 * width,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=context_length,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+    )
+    return CLIPTextModel(config), tokenizer

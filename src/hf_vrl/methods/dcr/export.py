@@ -1,0 +1,60 @@
+"""Export a trained DCR encoder as a plain transformers vision tower (no custom code needed to load it).
+
+The LoRA adapters are merged (peft `merge_and_unload`) and the tower is saved with `vision_model.`-prefixed
+keys: transformers 5.x loads them through CLIPVisionModel's prefix handling and 4.x expects exactly these
+names, so the checkpoint works in both and drops into LLaVA (`vision_tower`) unchanged. The projector, the
+null-text buffer and the diffusion model are left behind: the enhanced encoder is all a downstream user needs.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from torch import nn
+from transformers import CLIPVisionModelWithProjection, PreTrainedModel
+
+from hf_vrl.models.dcr import DCRModel
+
+
+def merge_lora(model: nn.Module) -> DCRModel:
+    """A plain `DCRModel` with any LoRA adapters merged into the weights (the input is left untouched)."""
+    model = copy.deepcopy(model)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    if not isinstance(model, DCRModel):
+        raise TypeError(f"expected a DCRModel or a PeftModel around one, got {type(model).__name__}")
+    return model
+
+
+def _save_prefixed(tower: PreTrainedModel, out_dir: Path) -> None:
+    """Save a CLIP/SigLIP vision tower with `vision_model.` keys (the cross-version layout, hf-conventions
+    §2.5)."""
+    state = {f"vision_model.{key}": value.contiguous() for key, value in tower.state_dict().items()}
+    tower.save_pretrained(out_dir, state_dict=state)
+
+
+def export_vision_tower(
+    model: nn.Module, out_dir: str | Path, with_projection: bool = False, image_processor=None
+) -> Path:
+    """Write the enhanced encoder of a DCR model (LoRA merged) as a stock transformers checkpoint.
+
+    `with_projection=False`: a `CLIPVisionModel` / `SiglipVisionModel` (what LLaVA's `vision_tower` loads).
+    `with_projection=True` (CLIP only): a `CLIPVisionModelWithProjection`, which also carries the trained
+    `visual_projection` (the image embedding DCR conditions on, e.g. for MMVP-VLM scoring).
+    An `image_processor`, when given, is saved alongside so the folder is self-sufficient.
+    """
+    merged = merge_lora(model)
+    out_dir = Path(out_dir)
+    if with_projection:
+        if merged.visual_projection is None:
+            raise ValueError("with_projection=True needs a CLIP tower; SigLIP has no visual_projection")
+        tower = CLIPVisionModelWithProjection(merged.config.vision_config)
+        tower.vision_model.load_state_dict(merged.vision_model.state_dict())
+        tower.visual_projection.load_state_dict(merged.visual_projection.state_dict())
+        tower.save_pretrained(out_dir)
+    else:
+        _save_prefixed(merged.vision_model, out_dir)
+    if image_processor is not None:
+        image_processor.save_pretrained(out_dir)
+    return out_dir

@@ -1,0 +1,264 @@
+"""DCR vision model: a CLIP/SigLIP vision tower f_phi and the projector h_omega (DCR §3, §4.2, arXiv
+2603.04803).
+
+The model maps an image to (a) its image embedding z = f_phi(x) and (b) the diffusion condition c = h_omega(z)
+fed to a frozen Stable Diffusion UNet's cross-attention. The frozen UNet, VAE and the DCR loss live outside
+this file (`hf_vrl.methods.dcr`). Self-contained remote code: imports only torch and transformers.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    CLIPModel,
+    CLIPVisionModelWithProjection,
+    PreTrainedModel,
+    SiglipModel,
+    SiglipVisionModel,
+)
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.utils import ModelOutput
+
+from .configuration_dcr import DCRConfig
+
+
+@dataclass
+class DCRModelOutput(ModelOutput):
+    r"""
+    image_embeds (`torch.FloatTensor` of shape `(batch_size, image_embed_dim)`):
+        The image embedding z fed to the projector (CLIP: projected [CLS]; SigLIP: attention-pooled output).
+    conditions (`torch.FloatTensor` of shape `(batch_size, num_tokens, condition_dim)`):
+        The UNet condition c = h_omega(z) in the configured `condition_mode`.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`):
+        The vision tower's last hidden state.
+    """
+
+    image_embeds: torch.FloatTensor | None = None
+    conditions: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+
+
+class DCRProjector(nn.Module):
+    """h_omega: LayerNorm -> Linear -> GELU -> Linear (the official `project_clip`), applied token-wise."""
+
+    def __init__(self, config: DCRConfig):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.image_embed_dim, eps=config.layer_norm_eps)
+        self.linear_1 = nn.Linear(config.image_embed_dim, config.projector_hidden_dim)
+        self.act = ACT2FN[config.projector_hidden_act]
+        self.linear_2 = nn.Linear(config.projector_hidden_dim, config.condition_dim)
+
+    def forward(self, embeds: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(self.act(self.linear_1(self.layer_norm(embeds))))
+
+
+class DCRPreTrainedModel(PreTrainedModel):
+    config: DCRConfig
+    config_class = DCRConfig
+    base_model_prefix = "dcr"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = [
+        "CLIPEncoderLayer",
+        "CLIPVisionEmbeddings",
+        "SiglipEncoderLayer",
+        "SiglipVisionEmbeddings",
+    ]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """Projector: LayerNorm (1, 0), linears N(0, initializer_range); CLIP's projection init; zero null
+        embeds."""
+        super()._init_weights(module)
+        if isinstance(module, DCRModel):
+            if module.visual_projection is not None:
+                std = self.config.vision_config.hidden_size**-0.5
+                init.normal_(module.visual_projection.weight, mean=0.0, std=std)
+            if module.null_text_embeds is not None:
+                init.zeros_(module.null_text_embeds)
+
+
+class DCRModel(DCRPreTrainedModel):
+    """Vision tower + projector producing Stable Diffusion conditions (DCR §4.2).
+
+    `vision_model` holds a stock `CLIPVisionModel` or `SiglipVisionModel`, so its keys are `vision_model.*`
+    and the tower exports as a plain transformers checkpoint (`hf_vrl.methods.dcr.export`).
+    """
+
+    def __init__(self, config: DCRConfig):
+        super().__init__(config)
+        vision_config = config.vision_config
+        self.vision_model = AutoModel.from_config(vision_config)
+        self.visual_projection = (
+            nn.Linear(vision_config.hidden_size, vision_config.projection_dim, bias=False)
+            if config.has_visual_projection
+            else None
+        )
+        self.projector = DCRProjector(config)
+        if config.condition_mode == "official":
+            shape = (1, config.num_condition_tokens, config.condition_dim)
+            self.register_buffer("null_text_embeds", torch.zeros(shape), persistent=True)
+        else:
+            self.null_text_embeds = None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.vision_model.embeddings.patch_embedding
+
+    @torch.no_grad()
+    def set_null_text_embeds(self, embeds: torch.Tensor) -> None:
+        """Store the diffusion model's empty-prompt text embedding (`"official"` condition mode only)."""
+        if self.null_text_embeds is None:
+            raise ValueError(f"condition_mode={self.config.condition_mode!r} uses no text embedding")
+        embeds = embeds.reshape(-1, *embeds.shape[-2:])[:1]
+        if embeds.shape != self.null_text_embeds.shape:
+            raise ValueError(
+                f"empty-prompt embedding has shape {tuple(embeds.shape)}, the model expects "
+                f"{tuple(self.null_text_embeds.shape)}: set num_condition_tokens / condition_dim to the text "
+                "encoder's context length and the UNet's cross_attention_dim"
+            )
+        self.null_text_embeds.copy_(embeds.to(self.null_text_embeds))
+
+    def _embed(self, pixel_values: torch.Tensor, with_patches: bool) -> tuple[torch.Tensor, ...]:
+        """Image embedding z (and patch embeddings in the same space when asked)."""
+        outputs = self.vision_model(pixel_values=pixel_values)
+        hidden = outputs.last_hidden_state
+        if self.visual_projection is None:
+            if outputs.pooler_output is None:
+                raise ValueError(
+                    "the SigLIP tower needs vision_use_head=True: DCR conditions on its pooled output"
+                )
+            patches = hidden if with_patches else None
+            return outputs.pooler_output, patches, hidden
+        embeds = self.visual_projection(outputs.pooler_output)
+        patches = None
+        if with_patches:
+            patches = self.visual_projection(self.vision_model.post_layernorm(hidden[:, 1:]))
+        return embeds, patches, hidden
+
+    def _select_patches(self, patches: torch.Tensor) -> torch.Tensor:
+        """Keep `patch_token_ratio` of the patch tokens (Table 7): random subset in training, strided in
+        eval."""
+        batch, num_patches, _ = patches.shape
+        keep = round(self.config.patch_token_ratio * num_patches)
+        if keep == 0:
+            return patches[:, :0]
+        if self.training:
+            index = (
+                torch.rand(batch, num_patches, device=patches.device)
+                .argsort(dim=1)[:, :keep]
+                .sort(dim=1)
+                .values
+            )
+        else:
+            index = (
+                torch.linspace(0, num_patches - 1, keep, device=patches.device)
+                .round()
+                .long()
+                .expand(batch, -1)
+            )
+        return patches.gather(1, index.unsqueeze(-1).expand(-1, -1, patches.shape[-1]))
+
+    def build_conditions(
+        self, image_embeds: torch.Tensor, patch_embeds: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """c = h_omega(z) arranged as UNet cross-attention tokens `[B, T, condition_dim]`."""
+        mode = self.config.condition_mode
+        if mode == "official":
+            return self.null_text_embeds + self.projector(image_embeds).unsqueeze(1)
+        if mode == "cls":
+            return self.projector(image_embeds).unsqueeze(1)
+        tokens = torch.cat([image_embeds.unsqueeze(1), self._select_patches(patch_embeds)], dim=1)
+        return self.projector(tokens)
+
+    def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
+        """The image embedding z `[B, image_embed_dim]` (what D-ability clustering and MMVP scoring use)."""
+        return self._embed(pixel_values, with_patches=False)[0]
+
+    def forward(self, pixel_values: torch.Tensor, **kwargs) -> DCRModelOutput:
+        with_patches = self.config.condition_mode == "cls_patches"
+        image_embeds, patch_embeds, hidden = self._embed(pixel_values, with_patches)
+        conditions = self.build_conditions(image_embeds, patch_embeds)
+        return DCRModelOutput(image_embeds=image_embeds, conditions=conditions, last_hidden_state=hidden)
+
+    @classmethod
+    def from_clip(
+        cls,
+        clip: str | PreTrainedModel,
+        condition_dim: int = 1024,
+        dtype: torch.dtype = torch.float32,
+        **kwargs,
+    ) -> DCRModel:
+        """Build a DCR model around a pretrained CLIP/MetaCLIP/SigLIP checkpoint (Hub id, local dir or model).
+
+        Accepts `CLIPModel`, `CLIPVisionModelWithProjection`, `SiglipModel` or `SiglipVisionModel` (instances
+        or checkpoints). The tower and projection are copied exactly; the projector is freshly initialised.
+        Extra keyword arguments go to `DCRConfig` (e.g. `condition_mode`, `num_condition_tokens`).
+        """
+        tower = _load_tower(clip, dtype) if isinstance(clip, str) else clip
+        vision_config, vision_model, projection = _split_tower(tower)
+        model = cls(DCRConfig(vision_config=vision_config.to_dict(), condition_dim=condition_dim, **kwargs))
+        model.vision_model.load_state_dict(vision_model.state_dict())
+        if projection is not None:
+            model.visual_projection.load_state_dict(projection.state_dict())
+        return model.to(dtype)
+
+
+_TOWER_CLASSES = {
+    "clip": CLIPModel,
+    "clip_vision_model": CLIPVisionModelWithProjection,
+    "siglip": SiglipModel,
+    "siglip_vision_model": SiglipVisionModel,
+}
+
+
+def _load_tower(path: str, dtype: torch.dtype) -> PreTrainedModel:
+    """Load a CLIP-family checkpoint with its own class; every weight must be in the checkpoint."""
+    model_type = AutoConfig.from_pretrained(path).model_type
+    if model_type not in _TOWER_CLASSES:
+        raise ValueError(
+            f"{path} is a {model_type!r} checkpoint; DCR supports CLIP/MetaCLIP and SigLIP towers"
+        )
+    cls = _TOWER_CLASSES[model_type]
+    model, info = cls.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    if info["missing_keys"] or info["mismatched_keys"]:
+        raise ValueError(
+            f"{path} does not hold a complete {cls.__name__}: missing {sorted(info['missing_keys'])[:5]}, "
+            f"mismatched {sorted(info['mismatched_keys'])[:5]}"
+        )
+    return model
+
+
+def _split_tower(tower: PreTrainedModel) -> tuple:
+    """(vision config, vision tower module, visual projection or None) of a CLIP-family model."""
+    if isinstance(tower, CLIPModel):
+        vision_config = copy.deepcopy(tower.config.vision_config)
+        vision_config.projection_dim = tower.config.projection_dim
+        return vision_config, tower.vision_model, tower.visual_projection
+    if isinstance(tower, CLIPVisionModelWithProjection):
+        return tower.config, tower.vision_model, tower.visual_projection
+    if isinstance(tower, SiglipModel):
+        return tower.config.vision_config, tower.vision_model, None
+    if isinstance(tower, SiglipVisionModel):
+        return tower.config, tower, None
+    raise TypeError(
+        f"DCRModel.from_clip got a {type(tower).__name__}; pass a CLIPModel, CLIPVisionModelWithProjection, "
+        "SiglipModel, SiglipVisionModel or a path to one"
+    )
+
+
+DCRModel.register_for_auto_class("AutoModel")  # save_pretrained ships modeling_dcr.py (trust_remote_code)
+
+__all__ = ["DCRModel", "DCRModelOutput", "DCRPreTrainedModel", "DCRProjector"]
