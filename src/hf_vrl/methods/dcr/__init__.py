@@ -9,23 +9,6 @@ export.py     merge LoRA, save a plain transformers vision tower
 evaluate.py   before/after D-ability (clustering) and P-ability (MMVP-style)
 toy.py        the tiny CLIP and tiny SD of the toy world
 train.py      `hf-vrl train dcr`
-The Hub-facing model (DCRConfig, DCRModel) lives in hf_vrl.models.dcr.
+The Hub-facing model (DCRConfig, DCRModel) lives in hf_vrl.models.dcr; the objectives are public in
+hf_vrl.losses.
 """
-
-from .loss import (
-    dcr_logits,
-    dcr_loss,
-    gradient_cosine,
-    joint_loss,
-    reconstruction_loss,
-    supervised_contrastive_loss,
-)
-
-__all__ = [
-    "dcr_logits",
-    "dcr_loss",
-    "gradient_cosine",
-    "joint_loss",
-    "reconstruction_loss",
-    "supervised_contrastive_loss",
-]
