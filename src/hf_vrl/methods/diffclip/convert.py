@@ -104,6 +104,18 @@ def diffclip_config_from_clip(
     return build_config(config_class, text, vision, top, overrides)
 
 
+def check_shapes(
+    source: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], what: str, hint: str = ""
+) -> None:
+    """Refuse a weight map where a source tensor lacks its DiffCLIP target's shape (nanoGPT style)."""
+    for key, tensor in source.items():
+        if tensor.shape != target[key].shape:
+            raise ValueError(
+                f"{key}: {what} shape {tuple(tensor.shape)} != DiffCLIP shape {tuple(target[key].shape)}"
+                + (f"; {hint}." if hint else ".")
+            )
+
+
 def differential_keys(model: nn.Module) -> set[str]:
     """State-dict keys of the differential-attention leaves (the only keys a CLIP does not have)."""
     keys = set()
@@ -133,12 +145,13 @@ def copy_clip_weights(clip: nn.Module, model: nn.Module) -> int:
             f"CLIP -> DiffCLIP key map mismatch: CLIP keys without a DiffCLIP home {missing_in_model[:5]}, "
             f"DiffCLIP keys without a CLIP source {unexpected[:5]}."
         )
+    check_shapes(
+        clip_state,
+        model_state,
+        "CLIP",
+        hint="do not override architecture fields (widths, layers, vocabulary) when converting",
+    )
     for key, source in clip_state.items():
-        if source.shape != model_state[key].shape:
-            raise ValueError(
-                f"{key}: CLIP shape {tuple(source.shape)} != DiffCLIP shape {tuple(model_state[key].shape)}; "
-                "do not override architecture fields (widths, layers, vocabulary) when converting."
-            )
         model_state[key].copy_(source)
     if len(clip_state) + len(new_keys) != len(model_state):
         raise ValueError("CLIP -> DiffCLIP: key count mismatch after copying.")
@@ -496,10 +509,6 @@ def diffclip_from_official_checkpoint(
             f"Key count mismatch: {len(converted)} converted vs {len(expected)} DiffCLIP tensors "
             f"(missing {sorted(set(expected) - set(converted))[:5]})."
         )
-    for key, tensor in converted.items():
-        if tensor.shape != expected[key].shape:
-            raise ValueError(
-                f"{key}: checkpoint shape {tuple(tensor.shape)} != model shape {tuple(expected[key].shape)}."
-            )
+    check_shapes(converted, expected, "checkpoint")
     model.load_state_dict(converted, strict=True)
     return model
