@@ -7,14 +7,13 @@ import shutil
 
 import pytest
 import torch
+from dcr_helpers import fixed_model, toy_data
 from safetensors.torch import load_file
 from transformers import CLIPVisionModel, CLIPVisionModelWithProjection
 
-from hf_vrl.data.toy import shapes_dataset
 from hf_vrl.methods.dcr.diffusion import load_diffusion, tiny_diffusion
 from hf_vrl.methods.dcr.export import export_vision_tower, merge_lora
 from hf_vrl.methods.dcr.task import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
-from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.methods.dcr.train import DCRRunConfig, run_stage
 from hf_vrl.models.dcr import DCRModel
 
@@ -40,19 +39,12 @@ def diffusion(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def data():
-    return shapes_dataset(12, seed=0, image_size=16)
-
-
-def _model() -> DCRModel:
-    """Identical weights each call (stage 2 resumes on top of a fixed stage-1 model, projector included)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return DCRModel.from_clip(tiny_clip(seed=0), condition_dim=16, num_condition_tokens=8)
+    return toy_data()
 
 
 def _run(stage, diffusion, data, out_dir, resume=False):
     return run_stage(
-        _model(), stage, diffusion, data, CONFIG, out_dir, resume, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+        fixed_model(), stage, diffusion, data, CONFIG, out_dir, resume, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
     )
 
 

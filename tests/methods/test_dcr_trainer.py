@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from dcr_helpers import fixed_model, toy_data
 from transformers import TrainingArguments
 
-from hf_vrl.data.toy import shapes_dataset
 from hf_vrl.methods.dcr.diffusion import load_diffusion, tiny_diffusion
 from hf_vrl.methods.dcr.task import DCRCollator, DCRTask, DCRTaskConfig
-from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.methods.dcr.trainer import DCRTrainer, LoraSettings, lora_target_modules, prepare_stage
-from hf_vrl.models.dcr import DCRModel
 
 
 @pytest.fixture(scope="module")
@@ -21,18 +19,11 @@ def pipeline(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def data():
-    return shapes_dataset(12, seed=0, image_size=16)
-
-
-def _model() -> DCRModel:
-    """The same weights every time (stage 2 resumes on top of a fixed stage-1 model, projector included)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return DCRModel.from_clip(tiny_clip(seed=0), condition_dim=16, num_condition_tokens=8)
+    return toy_data()
 
 
 def _grads_after_one_step(pipeline, stage, lora=None):
-    model = _model()
+    model = fixed_model()
     task = DCRTask(model, load_diffusion(pipeline, dtype="float32"), DCRTaskConfig())
     trainable = prepare_stage(model, stage, lora)
     task.train()
@@ -66,7 +57,7 @@ def test_stage2_trains_only_lora(pipeline):
 
 def test_stage2_official_bias_and_end_to_end(pipeline):
     trainable, _ = _grads_after_one_step(pipeline, "encoder", LoraSettings(r=4, bias="lora_only"))
-    adapted = {f"base_model.model.{name}.base_layer.bias" for name in lora_target_modules(_model())}
+    adapted = {f"base_model.model.{name}.base_layer.bias" for name in lora_target_modules(fixed_model())}
     extra = {n for n in _with_grad(trainable) if "lora_" not in n}
     assert extra and extra <= adapted  # only biases of adapted layers (official bias="lora_only")
     trainable, _ = _grads_after_one_step(pipeline, "end_to_end", LoraSettings(r=4))
@@ -76,18 +67,18 @@ def test_stage2_official_bias_and_end_to_end(pipeline):
 
 
 def test_lora_targets_vision_linears_not_projector():
-    targets = lora_target_modules(_model())
+    targets = lora_target_modules(fixed_model())
     assert "visual_projection" in targets
     assert all(t.startswith("vision_model.") or t == "visual_projection" for t in targets)
     assert any(t.endswith("self_attn.q_proj") for t in targets) and any(
         t.endswith("mlp.fc2") for t in targets
     )
     with pytest.raises(ValueError, match="stage"):
-        prepare_stage(_model(), "stage3")
+        prepare_stage(fixed_model(), "stage3")
 
 
 def _trainer(pipeline, data, out_dir, stage, steps=3, save_steps=2, model=None):
-    model = model if model is not None else _model()
+    model = model if model is not None else fixed_model()
     task = DCRTask(model, load_diffusion(pipeline, dtype="float32"), DCRTaskConfig())
     trainable = prepare_stage(model, stage, LoraSettings(r=4))
     args = TrainingArguments(
