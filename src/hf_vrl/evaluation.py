@@ -369,8 +369,11 @@ def _resolve_model_path(name: str) -> str:
 
 
 def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> tuple[Any, Any, Any]:
-    """(model, image_processor, tokenizer) from a local dir or hub id; tokenizer is None for vision towers."""
+    """(model, image_processor, tokenizer) from a local dir or hub id; tokenizer is None for vision towers.
+    hf_vrl's own model types (DiffCLIP, DCR) load with the installed classes, without remote code."""
     from transformers import AutoImageProcessor, AutoModel, AutoProcessor, AutoTokenizer, ImageProcessingMixin
+
+    import hf_vrl.models  # noqa: F401  (registers hf_vrl's classes with the Auto classes)
 
     path = _resolve_model_path(name)
     model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)

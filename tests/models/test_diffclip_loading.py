@@ -176,3 +176,30 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
     assert type(from_dir.model) is DiffCLIPModel
     scores = {r["label"]: r["score"] for r in from_dir(image, candidate_labels=labels)}
     assert scores == pytest.approx({r["label"]: r["score"] for r in result}, abs=1e-6)
+
+
+def test_hf_vrl_eval_loads_a_saved_diffclip_without_remote_code(tmp_path):
+    """hf_vrl's installed classes serve a saved DiffCLIP: `hf-vrl eval`, in a fresh process that has not
+    imported hf_vrl.models yet, needs no --trust-remote-code."""
+
+    from hf_vrl.methods.diffclip.train import build_model, load_processors
+
+    image_processor, tokenizer = load_processors("tiny-clip", "tiny-clip")
+    model_dir = tmp_path / "diffclip"
+    build_model("diffclip", "diffclip-tiny", tokenizer=tokenizer).save_pretrained(model_dir)
+    image_processor.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "eval"
+    argv = ["--model", str(model_dir), "--dataset", "shapes", "--limit", "24", "--tasks", "zero_shot"]
+    argv += ["--output-dir", str(out), "--no-figures"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    done = subprocess.run(
+        [sys.executable, "-m", "hf_vrl.cli", "eval", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert 0.0 <= report["zero_shot"]["top1"] <= 1.0 and report["n_samples"] == 24
