@@ -181,7 +181,6 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
 def test_hf_vrl_eval_loads_a_saved_diffclip_without_remote_code(tmp_path):
     """hf_vrl's installed classes serve a saved DiffCLIP: `hf-vrl eval`, in a fresh process that has not
     imported hf_vrl.models yet, needs no --trust-remote-code."""
-
     from hf_vrl.methods.diffclip.train import build_model, load_processors
 
     image_processor, tokenizer = load_processors("tiny-clip", "tiny-clip")
