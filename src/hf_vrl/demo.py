@@ -185,20 +185,15 @@ RUNS: dict[str, Callable[[DemoData, argparse.Namespace, Path], dict[str, Any]]] 
 DUAL_ENCODER_RUNS = ("clip", "diffclip")
 
 
-def _value(report: dict[str, Any], path: tuple[str, str]) -> float | None:
-    return report.get(path[0], {}).get(path[1])
-
-
 def format_table(results: dict[str, dict[str, Any]]) -> str:
     """One row per run and stage, one column per headline metric."""
-    header = ["run", "stage", *(title for _, title in TABLE_COLUMNS)]
-    rows = [header]
+    from hf_vrl.evaluation import report_percent, text_table
+
+    rows = [["run", "stage", *(title for _, title in TABLE_COLUMNS)]]
     for name, result in results.items():
         for stage in ("before", "after"):
-            values = [_value(result[stage], path) for path, _ in TABLE_COLUMNS]
-            rows.append([name, stage, *("-" if v is None else f"{100 * v:.1f}" for v in values)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
+            rows.append([name, stage, *(report_percent(result[stage], path) for path, _ in TABLE_COLUMNS)])
+    return text_table(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

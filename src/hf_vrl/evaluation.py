@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -353,6 +353,27 @@ def evaluate_clip(
     if return_embeddings:
         return report, {"image": run.image.numpy(), "labels": run.labels, "class_names": run.class_names}
     return report
+
+
+# -- reports as text ------------------------------------------------------------------------------
+
+
+def report_percent(report: Mapping[str, Any], path: tuple[str, str]) -> str:
+    """`report[task][metric]` (a fraction) as a percent with one decimal, "-" where the report lacks it."""
+    value = report.get(path[0], {}).get(path[1])
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def text_table(rows: Sequence[Sequence[str]], left_columns: int = 0) -> str:
+    """Rows of cells as aligned text: the first `left_columns` columns left-justified, the rest right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i < left_columns else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths))
+        )
+        for row in rows
+    )
 
 
 # -- the `hf-vrl eval` command ---------------------------------------------------------------------

@@ -338,22 +338,16 @@ def evaluate_model(
     return evaluate_clip(model, image_processor, tokenizer, dataset, tasks=EVAL_TASKS, device=device)
 
 
-def _value(report: Mapping[str, Any], path: tuple[str, str]) -> float | None:
-    return report.get(path[0], {}).get(path[1])
-
-
 def comparison_table(reports: Mapping[str, Mapping[str, Any]]) -> str:
     """Side-by-side metrics (percent): one column per report (e.g. "clip before", "diffclip after")."""
+    from hf_vrl.evaluation import report_percent, text_table
+
     rows = [["metric", *reports]]
     for path, title in TABLE_ROWS:
-        values = [_value(report, path) for report in reports.values()]
-        if any(v is not None for v in values):
-            rows.append([title, *("-" if v is None else f"{100 * v:.1f}" for v in values)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-        for row in rows
-    )
+        cells = [report_percent(report, path) for report in reports.values()]
+        if any(cell != "-" for cell in cells):
+            rows.append([title, *cells])
+    return text_table(rows, left_columns=1)
 
 
 def _materialised(dataset: Any, limit: int | None) -> Any:
