@@ -14,6 +14,21 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+def _devices() -> list[str]:
+    """Devices the device-parametrised tests run on: the CPU always, CUDA where available; the environment
+    variable TORCH_DEVICE (as in timm's tests) picks one of them instead."""
+    chosen = os.environ.get("TORCH_DEVICE")
+    if chosen:
+        return [chosen]
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=_devices())
+def device(request) -> torch.device:
+    """The device a test runs its models on; tests of helpers take it so the same test runs on CPU and CUDA."""
+    return torch.device(request.param)
+
+
 def pytest_collection_modifyitems(config, items):
     gates = {
         "slow": (os.environ.get("RUN_SLOW") == "1", "slow: set RUN_SLOW=1"),
