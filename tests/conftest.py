@@ -25,7 +25,7 @@ def _devices() -> list[str]:
 
 @pytest.fixture(params=_devices())
 def device(request) -> torch.device:
-    """The device a test runs its models on; tests of helpers take it so the same test runs on CPU and CUDA."""
+    """The device a test runs its models on: tests of helpers take it to run on the CPU and on CUDA."""
     return torch.device(request.param)
 
 

@@ -1,8 +1,8 @@
 """The device rule of hf_vrl, in code (see ARCHITECTURE.md, "Devices").
 
-Every inference or evaluation helper moves its inputs to the device (and floating dtype) of the model it calls;
-frozen companion models (the original CLIP of DCR's evaluation, DiVE's frozen reference, ...) move with the
-model they serve. Device and dtype are never assumed: they are read off the model with these helpers.
+Every inference or evaluation helper moves its inputs to the device (and floating dtype) of the model it
+calls; frozen companion models (the original CLIP of DCR's evaluation, DiVE's frozen reference, ...) move
+with the model they serve. Device and dtype are never assumed: they are read off the model with these helpers.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def module_dtype(module: nn.Module) -> torch.dtype:
 
 def to_device(obj: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> Any:
     """`obj` with every tensor moved to `device` (floating tensors also cast to `dtype` when given), through
-    dicts (BatchEncoding and other mappings become dicts), lists and tuples; anything else is returned as is."""
+    dicts (BatchEncoding and other mappings become dicts), lists and tuples; anything else as is."""
     if isinstance(obj, torch.Tensor):
         cast = dtype if dtype is not None and obj.is_floating_point() else None
         return obj.to(device=device, dtype=cast)
