@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -17,14 +19,20 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from .contrastive import clip_contrastive_loss
 
-__all__ = ["ContrastiveTrainer", "VRLTrainer", "in_batch_accuracy"]
+__all__ = ["EXTRA_STATE_NAME", "STAGING_DIR", "ContrastiveTrainer", "VRLTrainer", "in_batch_accuracy"]
 
 logger = logging.getLogger(__name__)
+
+STAGING_DIR = ".staging"  # checkpoints are written here, then renamed into place (never matches checkpoint-*)
+EXTRA_STATE_NAME = "extra_state.safetensors"  # a method's own training state, inside each checkpoint
 
 
 class VRLTrainer(Trainer):
@@ -38,6 +46,13 @@ class VRLTrainer(Trainer):
       with an ``eval_`` prefix during evaluation (the trl pattern).
     * ``evaluate`` reports ``eval_loss`` from ``compute_loss`` (predictions are not collected; retrieval and
       zero-shot metrics live in ``hf_vrl.evaluation``).
+    * Checkpoints are atomic: each is written under ``<output_dir>/.staging/`` and renamed to
+      ``checkpoint-<step>`` once complete, so a run killed while saving keeps its previous checkpoints intact
+      and never leaves a half-written ``checkpoint-*``.
+    * ``extra_state()`` / ``load_extra_state()``: tensors a method keeps besides the model, optimizer and RNG
+      (DiVE's moving average vector, ...), saved in every checkpoint and restored on resume.
+    * Streams (``IterableDataset``) are batched with ``dataloader_drop_last`` too (transformers applies it to
+      map-style datasets only): a contrastive gather across processes needs equal batches.
     """
 
     loss_is_scaled_for_ga = False
@@ -84,6 +99,88 @@ class VRLTrainer(Trainer):
         )
         super().log(logs, start_time)
         self._metrics[mode].clear()
+
+    def extra_state(self) -> dict[str, Tensor]:
+        """Method state beyond model, optimizer, scheduler and RNG, saved with every checkpoint (override)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Tensor]) -> None:
+        """Restore what ``extra_state`` saved (override together with it)."""
+        if state:
+            raise ValueError(f"{type(self).__name__} cannot restore the extra state {sorted(state)}")
+
+    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
+        """Write the checkpoint under ``.staging/`` (with the extra state), then rename it into place."""
+        run_dir = self._get_output_dir(trial)
+        staging = os.path.join(run_dir, STAGING_DIR)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save:  # a previous run may have died while writing this very step
+            shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self._get_output_dir = lambda trial=None: staging  # the Trainer writes (and rotates) there
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            del self._get_output_dir
+        if self.args.should_save:
+            extra = {key: value.detach().cpu().contiguous() for key, value in self.extra_state().items()}
+            if extra:
+                save_file(extra, os.path.join(staging, name, EXTRA_STATE_NAME))
+        self.accelerator.wait_for_everyone()  # every process has written its RNG state
+        if self.args.should_save:
+            target = os.path.join(run_dir, name)
+            if os.path.isdir(target):  # saved again at the same step (the end of training)
+                shutil.rmtree(target)
+            os.replace(os.path.join(staging, name), target)
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=False,
+            )
+        self.accelerator.wait_for_everyone()
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """Also restore the extra state of the checkpoint being resumed (refusing one that lacks it)."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or not self.extra_state():
+            return
+        path = os.path.join(checkpoint, EXTRA_STATE_NAME)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{checkpoint} has no {EXTRA_STATE_NAME}: it was not written by {type(self).__name__}, whose "
+                "state it would need to resume exactly"
+            )
+        device = self.accelerator.device
+        self.load_extra_state({key: value.to(device) for key, value in load_file(path).items()})
+
+    def _get_dataloader(
+        self,
+        dataset: Any,
+        description: str,
+        batch_size: int,
+        sampler_fn: Callable | None = None,
+        is_training: bool = False,
+        dataloader_key: str | None = None,
+    ) -> DataLoader:
+        """The Trainer's DataLoader; a training stream also drops its last partial batch (per worker)."""
+        if not (is_training and isinstance(dataset, IterableDataset)):
+            return super()._get_dataloader(
+                dataset, description, batch_size, sampler_fn, is_training, dataloader_key
+            )
+        args = self.args
+        loader = DataLoader(
+            dataset,
+            batch_size=batch_size,
+            collate_fn=self._get_collator_with_removed_columns(self.data_collator, description=description),
+            num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers,
+            multiprocessing_context=args.dataloader_multiprocessing_context,
+            prefetch_factor=args.dataloader_prefetch_factor,
+            drop_last=args.dataloader_drop_last,
+        )
+        return self.accelerator.prepare(loader)
 
     def prediction_step(
         self,

@@ -1,0 +1,143 @@
+"""VRLTrainer's run-safety mechanisms: atomic checkpoints, a method's extra state across resume, equal
+batches from streams."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from datasets import IterableDataset
+from torch import nn
+from transformers import TrainingArguments
+
+from hf_vrl.trainer import EXTRA_STATE_NAME, STAGING_DIR, VRLTrainer
+
+
+class Regressor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 1)
+
+    def forward(self, x, y):
+        return {"loss": nn.functional.mse_loss(self.linear(x).squeeze(-1), y)}
+
+
+class MeanTracker(VRLTrainer):
+    """Keeps a running sum of the targets it trained on: state that lives outside model and optimizer."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = torch.zeros(())
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.seen = self.seen + inputs["y"].sum().detach().cpu()
+        return model(**inputs)["loss"]
+
+    def extra_state(self):
+        return {"seen": self.seen}
+
+    def load_extra_state(self, state):
+        self.seen = state["seen"].cpu()
+
+
+def _rows(n: int = 24) -> list[dict]:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 3, generator=generator)
+    return [{"x": x[i], "y": x[i].sum()} for i in range(n)]
+
+
+def _collate(rows):
+    return {"x": torch.stack([r["x"] for r in rows]), "y": torch.stack([r["y"] for r in rows])}
+
+
+def _args(out, steps, **kwargs):
+    settings = dict(
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=4,
+        learning_rate=0.1,
+        save_strategy="steps",
+        save_steps=2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        remove_unused_columns=False,
+    )
+    return TrainingArguments(**(settings | kwargs))
+
+
+def _trainer(out, steps, cls=MeanTracker, **kwargs):
+    torch.manual_seed(0)
+    return cls(
+        model=Regressor(), args=_args(out, steps, **kwargs), train_dataset=_rows(), data_collator=_collate
+    )
+
+
+def test_extra_state_is_checkpointed_and_resumed_exactly(tmp_path):
+    full = _trainer(tmp_path / "full", 6)
+    full.train()
+    assert (tmp_path / "full" / "checkpoint-4" / EXTRA_STATE_NAME).is_file()
+    resumed = _trainer(tmp_path / "full", 6)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-4"))
+    assert resumed.seen == full.seen  # a fresh trainer starts at 0: only a restored sum ends equal
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_resume_refuses_a_checkpoint_without_the_extra_state(tmp_path):
+    _trainer(tmp_path / "run", 2, cls=_Plain).train()
+    with pytest.raises(FileNotFoundError, match=EXTRA_STATE_NAME):
+        _trainer(tmp_path / "run", 4).train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+
+
+class _Plain(VRLTrainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return model(**inputs)["loss"]
+
+
+class _DiesWhileSaving(_Plain):
+    """Raises in the middle of writing the checkpoint of step 4 (after the weights, before the RNG state)."""
+
+    def _save_rng_state(self, output_dir):
+        if self.state.global_step == 4:
+            raise KeyboardInterrupt("killed while writing a checkpoint")
+        super()._save_rng_state(output_dir)
+
+
+def test_a_checkpoint_interrupted_while_written_never_appears(tmp_path):
+    trainer = _trainer(tmp_path, 6, cls=_DiesWhileSaving)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert (tmp_path / "checkpoint-2" / "trainer_state.json").is_file()
+    partial = tmp_path / STAGING_DIR / "checkpoint-4"
+    assert partial.is_dir() and not (partial / "trainer_state.json").exists()
+    # a later save of the same step starts from a clean staging folder and completes
+    _trainer(tmp_path, 6, cls=_Plain).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert {p.name for p in tmp_path.glob("checkpoint-*")} >= {"checkpoint-4", "checkpoint-6"}
+    assert not os.listdir(tmp_path / STAGING_DIR)
+
+
+def test_rotation_keeps_the_newest_checkpoints(tmp_path):
+    _trainer(tmp_path, 8, cls=_Plain, save_total_limit=2).train()
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
+
+
+def test_streams_give_full_batches_only(tmp_path):
+    """13 rows in batches of 4, twice over: every training batch holds 4 rows (transformers' own stream
+    dataloader would hand out a batch of 1 at the end of each pass)."""
+    sizes = []
+
+    class Recorder(_Plain):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            sizes.append(len(inputs["y"]))
+            return super().compute_loss(model, inputs)
+
+    rows = _rows(13)
+    stream = IterableDataset.from_generator(lambda: iter(rows))
+    torch.manual_seed(0)
+    args = _args(tmp_path, 6, dataloader_drop_last=True, save_strategy="no")
+    Recorder(model=Regressor(), args=args, train_dataset=stream, data_collator=_collate).train()
+    assert sizes == [4] * 6
