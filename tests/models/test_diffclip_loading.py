@@ -181,11 +181,13 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
 def test_hf_vrl_eval_loads_a_saved_diffclip_without_remote_code(tmp_path):
     """hf_vrl's installed classes serve a saved DiffCLIP: `hf-vrl eval`, in a fresh process that has not
     imported hf_vrl.models yet, needs no --trust-remote-code."""
-    from hf_vrl.methods.diffclip.train import build_model, load_processors
+    from hf_vrl.methods.diffclip.build import build_model, load_processors
+    from hf_vrl.presets import load_preset
 
     image_processor, tokenizer = load_processors("tiny-clip", "tiny-clip")
     model_dir = tmp_path / "diffclip"
-    build_model("diffclip", "diffclip-tiny", tokenizer=tokenizer).save_pretrained(model_dir)
+    architecture = load_preset("diffclip-tiny")["model"]["architecture"]
+    build_model(architecture, "diffclip", tokenizer=tokenizer).save_pretrained(model_dir)
     image_processor.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "eval"
