@@ -13,6 +13,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "hf_vrl.evaluation",
         "evaluate a CLIP-like model or vision tower; writes report.json and figures",
     ),
+    "export-llava": (
+        "hf_vrl.integrations.llava_export",
+        "put an enhanced vision tower into a LLaVA (LlavaForConditionalGeneration) and save it",
+    ),
+    "llava-align": (
+        "hf_vrl.integrations.llava_align",
+        "relearn a LLaVA's projector for a new vision tower (LLaVA stage 1, trl SFTTrainer)",
+    ),
 }
 # method -> (module with main(argv), one-line help)
 TRAIN_METHODS: dict[str, tuple[str, str]] = {
