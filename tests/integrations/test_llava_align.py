@@ -17,13 +17,13 @@ from hf_vrl.errors import UserError
 from hf_vrl.integrations.llava import load_vision_tower, save_llava, swap_vision_tower
 from hf_vrl.integrations.llava_align import (
     PROJECTOR_WEIGHTS,
+    ProjectorSFTTrainer,
     _build_parser,
     align_projector,
     caption_pairs,
     freeze_all_but_projector,
     hold_out,
     main,
-    projector_trainer_class,
     sft_config,
 )
 
@@ -126,7 +126,7 @@ def test_align_projector_trains_only_the_projector_resumes_exactly_and_reloads(t
     killed = fresh()
     freeze_all_but_projector(killed)
     args = sft_config(options, tmp_path / "b", False)
-    trainer = projector_trainer_class()(
+    trainer = ProjectorSFTTrainer(
         model=killed, args=args, train_dataset=train, processing_class=processor, callbacks=[StopAt(4)]
     )
     trainer.train()

@@ -46,6 +46,7 @@ __all__ = [
     "TowerFit",
     "TowerGeometry",
     "as_vision_tower",
+    "check_llava",
     "check_vision_tower",
     "llava_processor_for",
     "load_image_processor",
@@ -394,10 +395,8 @@ def _check_image_size(image_processor: Any, image_size: int) -> None:
         )
 
 
-def load_llava(
-    name_or_path: str | Path, *, dtype: str | torch.dtype = "auto"
-) -> LlavaForConditionalGeneration:
-    """Load a `LlavaForConditionalGeneration` (folder or Hub id) in `dtype` ("auto": the checkpoint's)."""
+def check_llava(name_or_path: str | Path) -> None:
+    """Refuse a folder or Hub id that holds no `LlavaForConditionalGeneration` (reads its config only)."""
     import hf_vrl.models  # noqa: F401 - a saved LLaVA may hold one of hf_vrl's towers
 
     try:
@@ -411,6 +410,13 @@ def load_llava(
             f"--llava {name_or_path} is a {config.model_type!r} model; give a LlavaForConditionalGeneration "
             "checkpoint (model_type 'llava', e.g. llava-hf/llava-1.5-7b-hf)."
         )
+
+
+def load_llava(
+    name_or_path: str | Path, *, dtype: str | torch.dtype = "auto"
+) -> LlavaForConditionalGeneration:
+    """Load a `LlavaForConditionalGeneration` (folder or Hub id) in `dtype` ("auto": the checkpoint's)."""
+    check_llava(name_or_path)
     return LlavaForConditionalGeneration.from_pretrained(name_or_path, dtype=dtype)
 
 

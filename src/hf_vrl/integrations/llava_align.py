@@ -20,11 +20,12 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset
 from safetensors.torch import load_file, save_file
+from transformers import LlavaProcessor
+from trl import SFTConfig, SFTTrainer
 
 from hf_vrl.errors import UserError
 from hf_vrl.integrations.llava_export import add_tower_arguments
@@ -34,11 +35,10 @@ PROJECTOR_WEIGHTS = "projector.safetensors"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def freeze_all_but_projector(llava_model: torch.nn.Module) -> list[str]:
-    """Freeze the vision tower and the language model; returns the trainable (projector) parameter names."""
+def freeze_all_but_projector(llava_model: torch.nn.Module) -> None:
+    """Freeze the vision tower and the language model: only `multi_modal_projector` keeps its gradients."""
     for name, parameter in llava_model.named_parameters():
         parameter.requires_grad_(name.startswith(PROJECTOR))
-    return [name for name, parameter in llava_model.named_parameters() if parameter.requires_grad]
 
 
 def caption_pairs(
@@ -54,7 +54,9 @@ def caption_pairs(
     return dataset.select_columns(["image", "prompt", "completion"])
 
 
-def hold_out(dataset: Dataset | IterableDataset, n: int, seed: int) -> tuple[Any, Dataset]:
+def hold_out(
+    dataset: Dataset | IterableDataset, n: int, seed: int
+) -> tuple[Dataset | IterableDataset, Dataset]:
     """(training rows, `n` held-out rows): a seeded split of a map-style dataset; the first `n` rows of a
     stream, materialised so every evaluation sees the same pairs."""
     if isinstance(dataset, Dataset):
@@ -65,42 +67,40 @@ def hold_out(dataset: Dataset | IterableDataset, n: int, seed: int) -> tuple[Any
     return dataset.skip(n), Dataset.from_list(list(dataset.take(n)))
 
 
-def projector_trainer_class() -> type:
+class ProjectorSFTTrainer(SFTTrainer):
     """trl's `SFTTrainer` whose checkpoints hold the projector alone (`projector.safetensors`): the frozen
     tower and language model are re-read from their sources on resume. A full checkpoint of a 7B LLaVA is
     ~28 GB, and transformers' resume loads its keys without LLaVA's renames (transformers#43701): nothing
     would be restored."""
-    from trl import SFTTrainer
 
-    class ProjectorSFTTrainer(SFTTrainer):
-        def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-            if not self.args.should_save:
-                return
-            folder = Path(output_dir or self.args.output_dir)
-            folder.mkdir(parents=True, exist_ok=True)
-            projector = self.accelerator.unwrap_model(self.model).model.multi_modal_projector
-            state = {key: value.contiguous() for key, value in projector.state_dict().items()}
-            save_file(state, str(folder / PROJECTOR_WEIGHTS))
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        if not self.args.should_save:
+            return
+        folder = Path(output_dir or self.args.output_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        projector = self.accelerator.unwrap_model(self.model).model.multi_modal_projector
+        state = {key: value.contiguous() for key, value in projector.state_dict().items()}
+        save_file(state, str(folder / PROJECTOR_WEIGHTS))
 
-        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-            projector = self.accelerator.unwrap_model(model or self.model).model.multi_modal_projector
-            projector.load_state_dict(load_file(str(Path(resume_from_checkpoint) / PROJECTOR_WEIGHTS)))
-
-    return ProjectorSFTTrainer
+    def _load_from_checkpoint(
+        self, resume_from_checkpoint: str, model: torch.nn.Module | None = None
+    ) -> None:
+        projector = self.accelerator.unwrap_model(model or self.model).model.multi_modal_projector
+        projector.load_state_dict(load_file(str(Path(resume_from_checkpoint) / PROJECTOR_WEIGHTS)))
 
 
 def align_projector(
     llava_model: torch.nn.Module,
-    processor: Any,
+    processor: LlavaProcessor,
     train_dataset: Dataset | IterableDataset,
     eval_dataset: Dataset,
-    args: Any,
+    args: SFTConfig,
     resume_from_checkpoint: str | bool | None = None,
 ) -> dict[str, float]:
-    """Train only the projector of `llava_model` with trl's `SFTTrainer` (`args`: an `SFTConfig`) on
+    """Train only the projector of `llava_model` with trl's `SFTTrainer` on
     prompt-completion rows (`caption_pairs`); returns the held-out caption loss before and after."""
     freeze_all_but_projector(llava_model)
-    trainer = projector_trainer_class()(
+    trainer = ProjectorSFTTrainer(
         model=llava_model,
         args=args,
         train_dataset=train_dataset,
@@ -113,46 +113,60 @@ def align_projector(
     return {"eval_loss_before": before, "eval_loss_after": after, "steps": trainer.state.global_step}
 
 
+def _default(text: str) -> str:
+    return f"{text} (default: %(default)s)"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-vrl llava-align",
         description="Relearn a LLaVA's projector (tower and language model frozen) on image-caption pairs: "
         "LLaVA's stage-1 recipe, with trl's SFTTrainer.",
         epilog="Without --vision the LLaVA's own projector is re-tuned for its current tower.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_tower_arguments(parser, vision_required=False)
+    output_help = "folder for the aligned LLaVA, its processor and llava_align.json (checkpoints go to "
+    add_tower_arguments(parser, vision_required=False, output_help=output_help + "<output>/checkpoints)")
     data = parser.add_argument_group("data")
-    data.add_argument("--dataset", default="shapes", help="image-caption pairs (hf_vrl.data names and paths)")
-    data.add_argument("--max-train-samples", type=int, help="use at most this many pairs")
     data.add_argument(
-        "--eval-samples", type=int, default=256, help="held-out pairs for the before/after loss"
+        "--dataset",
+        default="shapes",
+        help="image-caption pairs: a hf_vrl.data name or path (default: the generated shapes world)",
     )
+    data.add_argument("--max-train-samples", type=int, help="use at most this many pairs (default: all)")
+    data.add_argument("--eval-samples", type=int, default=256, help=_default("held-out pairs for the loss"))
     data.add_argument(
-        "--prompt", default="<image>\n", help="prompt before each caption; holds the image token"
+        "--prompt",
+        default="<image>\n",
+        help="prompt before each caption, with the image token "
+        "once (default: '<image>\\n', LLaVA's pre-training template)",
     )
-    data.add_argument("--max-length", type=int, default=2048, help="truncate sequences to this many tokens")
+    data.add_argument("--max-length", type=int, default=2048, help=_default("truncate sequences to this"))
     train = parser.add_argument_group("training")
     train.add_argument(
-        "--max-steps", type=int, default=-1, help="optimizer steps (-1: --epochs); streams need it"
+        "--max-steps",
+        type=int,
+        default=-1,
+        help="optimizer steps (default: -1, use --epochs; a streamed dataset needs a number)",
     )
+    train.add_argument("--epochs", type=float, default=1.0, help=_default("passes over the pairs"))
+    train.add_argument("--batch-size", type=int, default=32, help=_default("pairs per device and step"))
+    train.add_argument("--gradient-accumulation-steps", type=int, default=1, help=_default("micro-batches"))
+    train.add_argument("--learning-rate", type=float, default=1e-3, help=_default("peak learning rate"))
+    train.add_argument("--warmup-ratio", type=float, default=0.03, help=_default("warm-up part of the steps"))
+    train.add_argument("--dtype", default="float32", choices=tuple(DTYPES), help=_default("LLaVA dtype"))
     train.add_argument(
-        "--epochs", type=float, default=1.0, help="passes over the pairs when --max-steps is -1"
+        "--mixed-precision", default="no", choices=("no", "bf16", "fp16"), help=_default("autocast")
     )
-    train.add_argument("--batch-size", type=int, default=32, help="pairs per device and step")
-    train.add_argument("--gradient-accumulation-steps", type=int, default=1, help="micro-batches per step")
-    train.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate (cosine)")
-    train.add_argument("--warmup-ratio", type=float, default=0.03, help="fraction of steps warming up")
-    train.add_argument(
-        "--dtype", default="float32", choices=tuple(DTYPES), help="dtype the LLaVA is loaded in"
-    )
-    train.add_argument("--mixed-precision", default="no", choices=("no", "bf16", "fp16"), help="autocast")
     train.add_argument("--activation-checkpointing", action="store_true", help="recompute activations")
-    train.add_argument("--logging-steps", type=int, default=10, help="log every this many steps")
-    train.add_argument("--save-steps", type=int, default=500, help="checkpoint every this many steps")
-    train.add_argument("--dataloader-num-workers", type=int, default=0, help="data loading processes")
-    train.add_argument("--seed", type=int, default=0, help="seed of the split, the new projector, the order")
-    train.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in --output")
+    train.add_argument("--logging-steps", type=int, default=10, help=_default("log every this many steps"))
+    train.add_argument(
+        "--save-steps", type=int, default=500, help=_default("checkpoint every this many steps")
+    )
+    train.add_argument("--dataloader-num-workers", type=int, default=0, help=_default("loader processes"))
+    train.add_argument(
+        "--seed", type=int, default=0, help=_default("seed of the split, new projector, order")
+    )
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
     return parser
 
 
@@ -172,10 +186,8 @@ def _check_prompt(prompt: str, image_token: str) -> None:
         raise UserError(f"--prompt must hold the image token {image_token!r} exactly once (got {prompt!r}).")
 
 
-def sft_config(options: argparse.Namespace, output_dir: Path, streamed: bool) -> Any:
+def sft_config(options: argparse.Namespace, output_dir: Path, streamed: bool) -> SFTConfig:
     """trl's `SFTConfig` for the projector run (LLaVA-1.5 stage-1 defaults, see the module docstring)."""
-    from trl import SFTConfig
-
     if streamed and options.max_steps <= 0:
         raise UserError("a streamed dataset has no length: set --max-steps.")
     return SFTConfig(
@@ -204,7 +216,9 @@ def sft_config(options: argparse.Namespace, output_dir: Path, streamed: bool) ->
     )
 
 
-def _load_pairs(options: argparse.Namespace, prompt: str, eos_token: str) -> tuple[Any, Dataset]:
+def _load_pairs(
+    options: argparse.Namespace, prompt: str, eos_token: str
+) -> tuple[Dataset | IterableDataset, Dataset]:
     """(training pairs, held-out pairs) in trl's prompt-completion format."""
     from hf_vrl.data.registry import load_dataset_by_name
 
@@ -221,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.trainer_utils import get_last_checkpoint
 
     from hf_vrl.integrations.llava import (
+        check_llava,
         llava_processor_for,
         load_image_processor,
         load_llava,
@@ -231,17 +246,18 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     output = Path(options.output)
+    check_llava(options.llava)
     processor = load_llava_processor(options.llava)
     if processor is None:
         raise UserError(f"--llava {options.llava} has no LLaVA processor (processor_config.json): add one.")
     _check_prompt(options.prompt, processor.image_token)
     train, held_out = _load_pairs(options, options.prompt, processor.tokenizer.eos_token)
     args = sft_config(options, output / "checkpoints", streamed=isinstance(train, IterableDataset))
+    tower = load_vision_tower(options.vision) if options.vision is not None else None
     set_seed(options.seed)
     llava = load_llava(options.llava, dtype=DTYPES[options.dtype])
     mismatches: list[str] = []
-    if options.vision is not None:
-        tower = load_vision_tower(options.vision)
+    if tower is not None:
         features = {
             "vision_feature_layer": options.vision_feature_layer,
             "vision_feature_select_strategy": options.vision_feature_select_strategy,
@@ -251,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     processor = llava_processor_for(llava, processor, image_processor)
     checkpoints = Path(args.output_dir)
     resume = get_last_checkpoint(str(checkpoints)) if options.resume and checkpoints.is_dir() else None
+    if options.resume and resume is None:
+        print(f"no checkpoint in {checkpoints}: starting from the beginning")
     losses = align_projector(llava, processor, train, held_out, args, resume_from_checkpoint=resume)
+    if not args.should_save:  # a worker of a multi-GPU run: the main process writes
+        return 0
     save_llava(llava, output, processor)
     report = {**losses, "llava": options.llava, "vision": options.vision, "tower_mismatches": mismatches}
     (output / "llava_align.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -29,7 +29,7 @@ def feature_layer(text: str) -> int | list[int]:
     return layers[0] if len(layers) == 1 else layers
 
 
-def add_tower_arguments(parser: argparse.ArgumentParser, *, vision_required: bool) -> None:
+def add_tower_arguments(parser: argparse.ArgumentParser, *, vision_required: bool, output_help: str) -> None:
     """The options both LLaVA commands share: the LLaVA, the tower, LLaVA's feature selection, the output."""
     parser.add_argument("--llava", required=True, help="LlavaForConditionalGeneration folder or Hub id")
     parser.add_argument(
@@ -37,7 +37,7 @@ def add_tower_arguments(parser: argparse.ArgumentParser, *, vision_required: boo
         required=vision_required,
         help="vision tower folder or Hub id (a tower, or a CLIPModel / DiffCLIPModel whose tower is taken)",
     )
-    parser.add_argument("--output", required=True, help="folder for the LLaVA with the new tower")
+    parser.add_argument("--output", required=True, help=output_help)
     parser.add_argument(
         "--vision-feature-layer",
         type=feature_layer,
@@ -57,14 +57,13 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="hf-vrl export-llava",
         description="Put an enhanced vision tower into a LLaVA (transformers LlavaForConditionalGeneration).",
         epilog="A tower of another width or patch grid needs its projector relearned: hf-vrl llava-align.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_tower_arguments(parser, vision_required=True)
+    add_tower_arguments(parser, vision_required=True, output_help="folder for the LLaVA with the new tower")
     parser.add_argument(
         "--dtype",
         default="auto",
         choices=("auto", "float32", "bfloat16", "float16"),
-        help="dtype of the written model ('auto': the LLaVA checkpoint's); the tower is cast to it",
+        help="dtype of the written model; the tower is cast to it (default: auto, the LLaVA checkpoint's)",
     )
     return parser
 
