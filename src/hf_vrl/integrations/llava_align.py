@@ -212,6 +212,7 @@ def sft_config(options: argparse.Namespace, output_dir: Path, streamed: bool) ->
         seed=options.seed,
         dataloader_num_workers=options.dataloader_num_workers,
         dataloader_pin_memory=torch.cuda.is_available(),
+        use_cpu=not torch.cuda.is_available(),
         report_to="none",
     )
 
