@@ -22,6 +22,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "evaluate a CLIP-like model or vision tower; writes report.json and figures",
     ),
     "compare": ("hf_vrl.run.report", "print and plot the reports of several runs side by side"),
+    "export-llava": (
+        "hf_vrl.integrations.llava_export",
+        "put an enhanced vision tower into a LLaVA (LlavaForConditionalGeneration) and save it",
+    ),
+    "llava-align": (
+        "hf_vrl.integrations.llava_align",
+        "relearn a LLaVA's projector for a new vision tower (LLaVA stage 1, trl SFTTrainer)",
+    ),
 }
 
 
