@@ -47,8 +47,8 @@ def explain(error: BaseException) -> str | None:
         "RepositoryNotFoundError",
         "LocalEntryNotFoundError",
     ) or (isinstance(error, OSError) and _NOT_FOUND.search(text)):
-        name = _NAME.search(text)
-        what = f"{name.group(1)!r}" if name else "a model or dataset"
+        names = [n for n in _NAME.findall(text) if n not in ("repo_name", "namespace/repo_name")]
+        what = f"{max(names, key=lambda n: ('/' in n, len(n)))!r}" if names else "a model or dataset"
         return (
             f"{what} is neither a local folder nor reachable on the Hugging Face Hub: check the path, or "
             "download it first (the Hub is offline when HF_HUB_OFFLINE=1)"

@@ -158,3 +158,20 @@ def test_less_data_than_one_batch_is_refused(tmp_path):
 
     with pytest.raises(UserError, match="fewer than one batch of 64"):
         hf_vrl.train("diffclip", train_limit=10, eval_before=False, output_dir=str(tmp_path / "o"))
+
+
+def test_the_report_counts_the_skipped_samples(tmp_path):
+    """A streamed run over a shard of every bad kind and a clean one: the report counts each bad sample once,
+    whatever the passes and workers."""
+    import hf_vrl
+
+    write_mixed_shard(tmp_path / "0.tar")
+    write_plain_shard(tmp_path / "1.tar", 100, 20, size=(32, 32))
+    report = hf_vrl.train(
+        "diffclip", dataset=f"webdataset:{tmp_path}/{{0..1}}.tar", max_steps=6, batch_size=8, num_workers=2,
+        eval_before=False, eval_after=False, figures=False, output_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    assert report["train"]["skipped"] == {
+        "corrupt_image": 1, "empty_caption": 1, "missing_caption": 1, "missing_image": 1,
+        "too_small": 1, "truncated_image": 1, "undecodable_caption": 1,
+    }  # fmt: skip
