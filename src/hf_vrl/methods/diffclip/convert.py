@@ -5,7 +5,8 @@
   branch so the converted model starts close to the CLIP (`differential_init="match_clip"`, explained in
   `match_clip_init`).
 * `diffclip_from_official_checkpoint`: reads `hammh0a/DiffCLIP_ViTB16_CC3M|CC12M`'s `checkpoint_best.pt` (a
-  SLIP training checkpoint) without running pickled code, and maps its timm / OpenAI-style keys to DiffCLIP's.
+  SLIP training checkpoint) without running pickled code, and maps its timm / OpenAI-style keys to DiffCLIP's;
+  `slip_image_processor` reproduces SLIP's evaluation preprocessing.
 """
 
 import argparse
@@ -15,13 +16,15 @@ import pathlib
 import pickle
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
-from transformers import CLIPModel
+from transformers import CLIPImageProcessorPil, CLIPModel
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
+from hf_vrl.errors import UserError
 from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
 
 DIFFERENTIAL_LEAVES = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "diff_norm.weight")
@@ -363,6 +366,29 @@ def _count_blocks(state: Mapping[str, torch.Tensor], prefix: str) -> int:
     return len({int(m.group(1)) for key in state if (m := pattern.match(key))})
 
 
+OPENAI_HEAD_DIM = 64  # OpenAI's and SLIP's text transformers: heads = width / 64
+_TEXT_BLOCK = "transformer.resblocks.0.attn."
+
+
+def _text_heads(state: Mapping[str, torch.Tensor], width: int, overrides: Mapping[str, Any]) -> int:
+    """Heads of the released text tower: width / λ size (head_dim) in differential blocks. Plain blocks
+    (SLIP's `nn.MultiheadAttention`, fused `in_proj_weight`) do not show the head count: the override
+    `text_config={"num_attention_heads": H}`, else OpenAI/SLIP's 64-wide heads."""
+    given = (overrides.get("text_config") or {}).get("num_attention_heads")
+    if given is not None:
+        return given
+    text_lambda = state.get(_TEXT_BLOCK + "lambda_q1")
+    if text_lambda is not None:
+        return width // text_lambda.shape[0]
+    if width % OPENAI_HEAD_DIM:
+        raise UserError(
+            f"The checkpoint's text tower ({width} wide, plain attention) does not show its head count and "
+            f"is not a multiple of OpenAI/SLIP's {OPENAI_HEAD_DIM}-wide heads: pass "
+            "text_config={'num_attention_heads': H} (SLIP's transformer_heads)."
+        )
+    return width // OPENAI_HEAD_DIM
+
+
 def diffclip_config_from_official(
     state: Mapping[str, torch.Tensor], config_class: type[DiffCLIPConfig] = DiffCLIPConfig, **overrides: Any
 ) -> DiffCLIPConfig:
@@ -370,9 +396,15 @@ def diffclip_config_from_official(
 
     Vision: a timm ViT (no pre-LayerNorm, exact GELU, LayerNorm eps 1e-5 as the released DiffBlocks use).
     Text: the OpenAI/SLIP transformer (QuickGELU, causal, EOS = the last vocabulary id, which `argmax` pooling
-    relies on). Heads = width / head_dim, with head_dim the λ-vector size (OpenAI's width/64 without λ).
-    λ_init is 0.8 in every layer, as released; override to load a DiffCLIP* checkpoint.
+    relies on), differential where the checkpoint has λ vectors, else SLIP's plain blocks. Heads = width /
+    head_dim, with head_dim the λ-vector size (`_text_heads` without λ). λ_init is 0.8 in every layer, as
+    released; override to load a DiffCLIP* checkpoint.
     """
+    if "visual.blocks.0.attn.lambda_q1" not in state:
+        raise UserError(
+            "The checkpoint's vision tower has no differential attention (no visual.blocks.*.attn.lambda_q1):"
+            " it is not a released DiffCLIP (SLIP's plain CLIP baselines are not supported)."
+        )
     width = state["visual.cls_token"].shape[-1]
     patch = state["visual.patch_embed.proj.weight"].shape[-1]
     grid = math.isqrt(state["visual.pos_embed"].shape[1] - 1)
@@ -389,56 +421,91 @@ def diffclip_config_from_official(
         "pre_layernorm": False,
     }
     vocab_size, text_width = state["token_embedding.weight"].shape
-    text_lambda = state.get("transformer.resblocks.0.attn.lambda_q1")
     text = {
         "vocab_size": vocab_size,
         "hidden_size": text_width,
         "intermediate_size": state["transformer.resblocks.0.mlp.c_fc.weight"].shape[0],
         "num_hidden_layers": _count_blocks(state, "transformer.resblocks."),
-        "num_attention_heads": text_width // (text_lambda.shape[0] if text_lambda is not None else 64),
+        "num_attention_heads": _text_heads(state, text_width, overrides),
         "max_position_embeddings": state["positional_embedding"].shape[0],
         "hidden_act": "quick_gelu",
         "layer_norm_eps": 1e-5,
         "pad_token_id": 0,
         "bos_token_id": vocab_size - 2,
         "eos_token_id": vocab_size - 1,
-        "differential_attention": text_lambda is not None,
+        "differential_attention": _TEXT_BLOCK + "lambda_q1" in state,
     }
     top = {"projection_dim": state["image_projection"].shape[1]}
     return build_config(config_class, text, vision, top, overrides)
 
 
-def _official_key_map(config: DiffCLIPConfig) -> dict[str, str]:
-    """DiffCLIP key -> released key for every DiffCLIP tensor (reshapes are applied afterwards)."""
+class Source(NamedTuple):
+    """Where a DiffCLIP tensor comes from in a released state dict: `key`, or its `chunk`-th third (rows of a
+    fused q/k/v projection)."""
+
+    key: str
+    chunk: int | None = None
+
+
+def _attention_sources(theirs: str, fused: bool, differential: bool) -> dict[str, Source]:
+    """DiffCLIP attention leaf -> source in block `theirs`: split q/k/v projections, or the q/k/v thirds of
+    SLIP's fused `nn.MultiheadAttention` (`in_proj_weight` / `in_proj_bias`); plus the λ leaves."""
+    sources = {}
+    for index, proj in enumerate("qkv"):
+        for kind in ("weight", "bias"):
+            ours = f"{proj}_proj.{kind}"
+            fused_source = Source(f"{theirs}attn.in_proj_{kind}", index)
+            sources[ours] = fused_source if fused else Source(f"{theirs}attn.{ours}")
+    for leaf in ("out_proj.weight", "out_proj.bias") + (DIFFERENTIAL_LEAVES if differential else ()):
+        sources[leaf] = Source(f"{theirs}attn.{leaf}")
+    return sources
+
+
+def _official_key_map(config: DiffCLIPConfig, fused_text: bool = False) -> dict[str, Source]:
+    """DiffCLIP key -> released source for every DiffCLIP tensor (reshapes are applied afterwards).
+    `fused_text`: the text blocks are SLIP's plain ones with a fused `in_proj_weight`."""
     key_map = {
-        "vision_model.embeddings.patch_embedding.weight": "visual.patch_embed.proj.weight",
-        "vision_model.embeddings.class_embedding": "visual.cls_token",
-        "vision_model.embeddings.position_embedding.weight": "visual.pos_embed",
-        "vision_model.post_layernorm.weight": "visual.norm.weight",
-        "vision_model.post_layernorm.bias": "visual.norm.bias",
-        "visual_projection.weight": "image_projection",
-        "text_model.embeddings.token_embedding.weight": "token_embedding.weight",
-        "text_model.embeddings.position_embedding.weight": "positional_embedding",
-        "text_model.final_layer_norm.weight": "ln_final.weight",
-        "text_model.final_layer_norm.bias": "ln_final.bias",
-        "text_projection.weight": "text_projection",
-        "logit_scale": "logit_scale",
+        ours: Source(theirs)
+        for ours, theirs in {
+            "vision_model.embeddings.patch_embedding.weight": "visual.patch_embed.proj.weight",
+            "vision_model.embeddings.class_embedding": "visual.cls_token",
+            "vision_model.embeddings.position_embedding.weight": "visual.pos_embed",
+            "vision_model.post_layernorm.weight": "visual.norm.weight",
+            "vision_model.post_layernorm.bias": "visual.norm.bias",
+            "visual_projection.weight": "image_projection",
+            "text_model.embeddings.token_embedding.weight": "token_embedding.weight",
+            "text_model.embeddings.position_embedding.weight": "positional_embedding",
+            "text_model.final_layer_norm.weight": "ln_final.weight",
+            "text_model.final_layer_norm.bias": "ln_final.bias",
+            "text_projection.weight": "text_projection",
+            "logit_scale": "logit_scale",
+        }.items()
     }
     towers = {
-        "vision_model": ("visual.blocks", "norm1", "norm2", "mlp.fc1", "mlp.fc2", config.vision_config),
-        "text_model": ("transformer.resblocks", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj", config.text_config),
+        "vision_model": (
+            "visual.blocks",
+            "norm1",
+            "norm2",
+            "mlp.fc1",
+            "mlp.fc2",
+            config.vision_config,
+            False,
+        ),
+        "text_model": (
+            "transformer.resblocks",
+            "ln_1",
+            "ln_2",
+            "mlp.c_fc",
+            "mlp.c_proj",
+            config.text_config,
+            fused_text,
+        ),
     }
-    for tower, (blocks, norm1, norm2, fc1, fc2, tower_config) in towers.items():
-        leaves = [f"{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")] + [
-            "out_proj.weight",
-            "out_proj.bias",
-        ]
-        if tower_config.differential_attention:
-            leaves += list(DIFFERENTIAL_LEAVES)
+    for tower, (blocks, norm1, norm2, fc1, fc2, tower_config, fused) in towers.items():
         for i in range(tower_config.num_hidden_layers):
             ours, theirs = f"{tower}.encoder.layers.{i}.", f"{blocks}.{i}."
-            for leaf in leaves:
-                key_map[f"{ours}self_attn.{leaf}"] = f"{theirs}attn.{leaf}"
+            attention = _attention_sources(theirs, fused, tower_config.differential_attention)
+            key_map.update({f"{ours}self_attn.{leaf}": source for leaf, source in attention.items()})
             for our_name, their_name in (
                 ("layer_norm1", norm1),
                 ("layer_norm2", norm2),
@@ -446,7 +513,7 @@ def _official_key_map(config: DiffCLIPConfig) -> dict[str, str]:
                 ("mlp.fc2", fc2),
             ):
                 for kind in ("weight", "bias"):
-                    key_map[f"{ours}{our_name}.{kind}"] = f"{theirs}{their_name}.{kind}"
+                    key_map[f"{ours}{our_name}.{kind}"] = Source(f"{theirs}{their_name}.{kind}")
     return key_map
 
 
@@ -458,6 +525,11 @@ def _is_causal_mask(tensor: torch.Tensor) -> bool:
     return bool((tensor[~upper] == 0).all() and (tensor[upper] < -1e4).all())
 
 
+def _take(state: Mapping[str, torch.Tensor], source: Source) -> torch.Tensor:
+    tensor = state[source.key]
+    return tensor if source.chunk is None else tensor.chunk(3, dim=0)[source.chunk]
+
+
 def official_to_diffclip_state_dict(
     state: Mapping[str, torch.Tensor], config: DiffCLIPConfig
 ) -> dict[str, torch.Tensor]:
@@ -465,18 +537,20 @@ def official_to_diffclip_state_dict(
 
     Reshapes: projections are raw `x @ W` parameters (transposed into `nn.Linear` weights); `cls_token` and
     `pos_embed` lose their batch dims; timm's patch-embedding bias (absent in CLIP) is folded into the patch
-    position embeddings, which is exact because both are added to every patch token.
+    position embeddings, which is exact because both are added to every patch token; SLIP's fused text
+    `in_proj_weight` / `in_proj_bias` are split into their q, k, v thirds (`nn.MultiheadAttention`'s order).
     """
-    key_map = _official_key_map(config)
+    key_map = _official_key_map(config, fused_text=_TEXT_BLOCK + "in_proj_weight" in state)
     ignored = {key for key, value in state.items() if key.endswith("attn_mask") and _is_causal_mask(value)}
-    used = set(key_map.values()) | {"visual.patch_embed.proj.bias"} | ignored
-    missing = sorted(theirs for theirs in key_map.values() if theirs not in state)
+    sources = {source.key for source in key_map.values()}
+    used = sources | {"visual.patch_embed.proj.bias"} | ignored
+    missing = sorted(key for key in sources if key not in state)
     unused = sorted(set(state) - used)
     if missing or unused:
         raise ValueError(
             f"Official checkpoint layout mismatch: missing keys {missing[:8]}, unknown keys {unused[:8]}."
         )
-    converted = {ours: state[theirs] for ours, theirs in key_map.items()}
+    converted = {ours: _take(state, source) for ours, source in key_map.items()}
     converted["visual_projection.weight"] = converted["visual_projection.weight"].t()
     converted["text_projection.weight"] = converted["text_projection.weight"].t()
     converted["vision_model.embeddings.class_embedding"] = converted[
@@ -495,9 +569,10 @@ def diffclip_from_official_checkpoint(
     """Load a released DiffCLIP `checkpoint_best.pt` (e.g. `hammh0a/DiffCLIP_ViTB16_CC12M`).
 
     Safe unpickling (`load_official_checkpoint`), config from the shapes (`diffclip_config_from_official`),
-    explicit key map with count and shape checks (`official_to_diffclip_state_dict`). Images must be
-    preprocessed as the release was trained: 224 px, ImageNet mean/std; text with the OpenAI BPE tokenizer,
-    77 tokens. Save the result with `save_pretrained` to get safetensors.
+    explicit key map with count and shape checks (`official_to_diffclip_state_dict`). A plain (SLIP) text
+    tower narrower than, or not a multiple of, 64 needs `text_config={"num_attention_heads": H}`. Evaluate
+    with SLIP's preprocessing (`slip_image_processor`: 224 px, bilinear, ImageNet mean/std); text with the
+    OpenAI BPE tokenizer, 77 tokens. Save the result with `save_pretrained` to get safetensors.
     """
     state = official_state_dict(load_official_checkpoint(path))
     config = diffclip_config_from_official(state, model_class.config_class, **config_overrides)
@@ -512,3 +587,26 @@ def diffclip_from_official_checkpoint(
     check_shapes(converted, expected, "checkpoint")
     model.load_state_dict(converted, strict=True)
     return model
+
+
+def slip_image_processor(image_size: int = 224) -> CLIPImageProcessorPil:
+    """The image processor that reproduces SLIP's evaluation preprocessing (its `val_transform`, which the
+    released DiffCLIP checkpoints were validated with): resize the shorter side to `image_size` (bilinear),
+    centre crop, ImageNet mean/std, where CLIP's default is bicubic with OpenAI's mean/std.
+
+    The PIL backend, as torchvision transforms PIL images; saved, it loads as a `CLIPImageProcessor`. One
+    difference remains: where the resized image is an odd number of pixels larger than the crop, torchvision's
+    `CenterCrop` rounds the offset to the even neighbour and transformers rounds down, one pixel apart.
+    """
+    return CLIPImageProcessorPil(
+        do_resize=True,
+        size={"shortest_edge": image_size},
+        resample=PILImageResampling.BILINEAR,
+        do_center_crop=True,
+        crop_size={"height": image_size, "width": image_size},
+        do_rescale=True,
+        do_normalize=True,
+        image_mean=list(IMAGENET_DEFAULT_MEAN),
+        image_std=list(IMAGENET_DEFAULT_STD),
+        do_convert_rgb=True,
+    )
