@@ -1,6 +1,8 @@
 """DiffCLIP conversion: from a transformers CLIP, and from the released (SLIP-style) DiffCLIP checkpoints."""
 
 import argparse
+import copy
+import logging
 import math
 import os
 import pathlib
@@ -9,12 +11,18 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from datasets import Dataset
 from PIL import Image
 from test_diffclip_reference import text_batch, tiny_config_kwargs
 from transformers import AutoImageProcessor, CLIPConfig, CLIPImageProcessor, CLIPModel
 
+from hf_vrl.contrastive import clip_contrastive_loss
+from hf_vrl.data import ImageTextCollator, load_toy_tokenizer, shapes_dataset
 from hf_vrl.errors import UserError
 from hf_vrl.methods.diffclip.convert import (
+    SYNTHETIC,
+    calibration_inputs,
+    diffclip_config_from_clip,
     diffclip_config_from_official,
     diffclip_from_clip,
     load_official_checkpoint,
@@ -22,6 +30,7 @@ from hf_vrl.methods.diffclip.convert import (
     slip_image_processor,
 )
 from hf_vrl.models.diffclip import DiffCLIPModel
+from hf_vrl.trainer import in_batch_accuracy
 
 WIDTH, HEADS, LAYERS, PATCH, IMAGE, VOCAB, CONTEXT, PROJECTION = 32, 4, 2, 4, 16, 40, 16, 16
 
@@ -47,8 +56,9 @@ def embeddings(model, pixel_values, input_ids, attention_mask):
 
 
 def test_from_clip_copies_every_weight_and_starts_close_to_clip(clip):
-    model = DiffCLIPModel.from_clip(clip).eval()
-    naive = diffclip_from_clip(clip, differential_init="random").eval()
+    # This random CLIP is evaluated on N(0, 1) pixels, which the data-free calibration matches.
+    model = DiffCLIPModel.from_clip(clip, calibration_data=SYNTHETIC).eval()
+    naive = diffclip_from_clip(clip, differential_init="random", calibration_data=SYNTHETIC).eval()
     clip_state, model_state = clip.state_dict(), model.state_dict()
     assert len(model_state) == len(clip_state) + 2 * LAYERS * 5
     for key, tensor in clip_state.items():
@@ -78,7 +88,7 @@ def test_from_clip_dagger_keeps_the_text_tower_exact_and_accepts_a_path(clip, tm
         str(tmp_path),
         diff_attention_in_text=False,
         lambda_init_schedule="depth",
-        calibration_inputs=calibration,
+        calibration_data=calibration,
     )
     assert not model.config.diff_attention_in_text
     assert model.config.vision_config.lambda_init_schedule == "depth"
@@ -101,9 +111,163 @@ def test_from_clip_refuses_bad_overrides(clip):
         diffclip_from_clip(torch.nn.Linear(2, 2))
 
 
+def tiny_processor(size: int = IMAGE) -> CLIPImageProcessor:
+    return CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+
+
+def test_conversion_report_is_the_mean_cosine_on_the_heldout_quarter(clip, device, caplog):
+    pixel_values = torch.randn(8, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(3))
+    input_ids, attention_mask = text_batch(batch_size=8, length=CONTEXT, seed=3)
+    calibration = {"pixel_values": pixel_values, "input_ids": input_ids, "attention_mask": attention_mask}
+    on_device = copy.deepcopy(clip).to(device)
+    with caplog.at_level(logging.INFO, logger="hf_vrl.methods.diffclip.convert"):
+        model = diffclip_from_clip(on_device, calibration_data=calibration)
+    report = model.conversion_report
+    assert (report.heldout_images, report.heldout_texts) == (2, 2)  # the last quarter of 8
+    cosines = {"image": [], "text": []}
+    for i in (6, 7):  # one example at a time, each model on its own device
+        ours = embeddings(model, pixel_values[i : i + 1], input_ids[i : i + 1], attention_mask[i : i + 1])
+        theirs = embeddings(
+            on_device, *(t[i : i + 1].to(device) for t in (pixel_values, input_ids, attention_mask))
+        )
+        for name, a, b in zip(cosines, ours, theirs):
+            a, b = a[0], b[0].cpu()
+            cosines[name].append(float(a @ b / (a.norm() * b.norm())))
+    assert report.image_cosine == pytest.approx(sum(cosines["image"]) / 2, abs=1e-4)
+    assert report.text_cosine == pytest.approx(sum(cosines["text"]) / 2, abs=1e-4)
+    assert len(set(cosines["image"])) == 2  # distinct per example: the held-out ones are told apart
+    assert f"image {report.image_cosine:.3f}" in caplog.text and "the given tensors" in caplog.text
+
+
+def test_calibration_inputs_from_images_datasets_and_names(clip, caplog):
+    config = diffclip_config_from_clip(clip.config)
+    processor, tokenizer = tiny_processor(), load_toy_tokenizer()
+    default, description = calibration_inputs(None, config, processor, tokenizer, num_samples=8)
+    assert default["pixel_values"].shape == (8, 3, IMAGE, IMAGE) and "shapes world" in description
+    assert default["pixel_values"].mean() > 1.0  # mostly white canvases, far from N(0, 1)
+    captions = tokenizer.batch_decode(default["input_ids"], skip_special_tokens=True)
+    assert all(
+        any(shape in caption for shape in ("circle", "square", "triang", "star", "cross"))
+        for caption in captions
+    )
+
+    images = [Image.new("RGB", (20, 24), colour) for colour in ("red", "blue", "green")]
+    own = ["a red square", "a blue square", "a green square"]
+    dataset = Dataset.from_dict({"image": images, "caption": own})
+    batch, description = calibration_inputs(dataset, config, processor, tokenizer)
+    torch.testing.assert_close(
+        batch["pixel_values"], processor(images=images, return_tensors="pt")["pixel_values"]
+    )
+    assert tokenizer.batch_decode(batch["input_ids"], skip_special_tokens=True) == own
+    assert "Dataset (3 rows)" in description
+    batch, description = calibration_inputs(images, config, processor, tokenizer, num_samples=5)
+    assert len(batch["pixel_values"]) == 3 and len(batch["input_ids"]) == 5
+    assert description == "3 given images, shapes-world captions"
+
+    batch, description = calibration_inputs("digits", config, processor, tokenizer, num_samples=6)
+    assert batch["pixel_values"].shape == (6, 3, IMAGE, IMAGE) and description == "'digits' (6 rows)"
+
+    synthetic, description = calibration_inputs(SYNTHETIC, config, processor, tokenizer, num_samples=6)
+    assert abs(synthetic["pixel_values"].mean()) < 0.1 and "synthetic" in description
+    with caplog.at_level(logging.WARNING):
+        batch, description = calibration_inputs(images, config, processor, None)
+    assert "No tokenizer" in caplog.text and description.endswith("random token ids")
+    assert (batch["input_ids"][:, 0] == 1).all() and (batch["input_ids"][:, -1] == 3).all()  # BOS, EOS
+
+
+def test_calibration_mistakes_are_user_errors(clip):
+    config = diffclip_config_from_clip(clip.config)
+    processor, tokenizer = tiny_processor(), load_toy_tokenizer()
+    images = [Image.new("RGB", (16, 16), "red")] * 2
+    with pytest.raises(UserError, match="no 'image' column"):
+        calibration_inputs(Dataset.from_dict({"picture": images}), config, processor, tokenizer)
+    with pytest.raises(UserError, match=r"\(32, 32\) px but the CLIP takes 16 px"):
+        calibration_inputs(images, config, tiny_processor(32), tokenizer)
+    with pytest.raises(UserError, match="calibration_data must be"):
+        calibration_inputs(42, config, processor, tokenizer)
+    with pytest.raises(UserError, match="at least 2 examples"):
+        diffclip_from_clip(clip, calibration_data=images[:1], image_processor=processor, tokenizer=tokenizer)
+
+
+# --- a CLIP trained for real: the toy world, tiny sizes, a few seconds -----------------------------------
+
+# tiny-clip's tower sizes (64 wide, 4 heads, 32 px in 4 px patches), trained to in-batch accuracy ~0.3.
+TOY_IMAGE, TOY_WIDTH, TOY_HEADS, TOY_STEPS, TOY_BATCH, TOY_LR, TOY_SEED = 32, 64, 4, 150, 64, 2e-3, 1
+
+
+@pytest.fixture(scope="module")
+def trained_clip(tmp_path_factory) -> pathlib.Path:
+    """A 2-layer CLIP trained with the CLIP loss on the shapes world, saved with processor and tokenizer."""
+    tokenizer, processor = load_toy_tokenizer(), tiny_processor(TOY_IMAGE)
+    tower = {"hidden_size": TOY_WIDTH, "intermediate_size": 4 * TOY_WIDTH, "num_hidden_layers": 2}
+    config = CLIPConfig(
+        text_config={**tower, "num_attention_heads": TOY_HEADS, "vocab_size": len(tokenizer)}
+        | {"max_position_embeddings": 24, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2},
+        vision_config={**tower, "num_attention_heads": TOY_HEADS, "image_size": TOY_IMAGE, "patch_size": 4},
+        projection_dim=32,
+    )
+    torch.manual_seed(TOY_SEED)
+    clip = CLIPModel(config)
+    collator = ImageTextCollator(processor, tokenizer, max_length=24)
+    data = shapes_dataset(2048, image_size=TOY_IMAGE)
+    batches = [collator(list(data.select(range(i, i + TOY_BATCH)))) for i in range(0, len(data), TOY_BATCH)]
+    decay = [param for param in clip.parameters() if param.ndim >= 2]
+    rest = [param for param in clip.parameters() if param.ndim < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=TOY_LR)
+
+    def warmup_cosine(step: int) -> float:
+        return min(1.0, (step + 1) / 10) * 0.5 * (1 + math.cos(math.pi * step / TOY_STEPS))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine)
+    for step in range(TOY_STEPS):
+        batch = batches[step % len(batches)]
+        out = clip(**{key: batch[key] for key in ("pixel_values", "input_ids", "attention_mask")})
+        clip_contrastive_loss(out.image_embeds, out.text_embeds, clip.logit_scale.exp()).backward()
+        optimizer.step(), schedule.step(), optimizer.zero_grad()
+    path = tmp_path_factory.mktemp("trained-clip")
+    for part in (clip, processor, tokenizer):
+        part.save_pretrained(path)
+    return path
+
+
+def closeness(model, clip, batch) -> tuple[float, float, float]:
+    """(image cosine, text cosine) to the CLIP and in-batch image-to-text accuracy (batches of TOY_BATCH)."""
+    ours, theirs = (embeddings(m, *batch) for m in (model, clip))
+    image, text = (F.cosine_similarity(a, b, dim=-1).mean().item() for a, b in zip(ours, theirs))
+    accuracy = torch.cat(
+        [in_batch_accuracy(*(t[i : i + TOY_BATCH] for t in ours)) for i in range(0, len(ours[0]), TOY_BATCH)]
+    )
+    return image, text, accuracy.mean().item()
+
+
+def test_from_clip_starts_close_to_a_trained_clip_where_data_free_calibration_does_not(trained_clip):
+    clip = CLIPModel.from_pretrained(trained_clip).eval()
+    collator = ImageTextCollator(tiny_processor(TOY_IMAGE), load_toy_tokenizer(), max_length=24)
+    test = collator(list(shapes_dataset(256, image_size=TOY_IMAGE, split="test")))
+    batch = [test[key] for key in ("pixel_values", "input_ids", "attention_mask")]
+    clip_accuracy = closeness(clip, clip, batch)[2]
+    # By path: its own processor and tokenizer; by default calibrated on the shapes world.
+    converted = DiffCLIPModel.from_clip(str(trained_clip)).eval()
+    data_free = DiffCLIPModel.from_clip(str(trained_clip), calibration_data=SYNTHETIC).eval()
+    image, text, accuracy = closeness(converted, clip, batch)
+    free_image, free_text, free_accuracy = closeness(data_free, clip, batch)
+    print(
+        f"CLIP in-batch accuracy {clip_accuracy:.3f}; shapes-world calibration: cosine image {image:.3f} "
+        f"text {text:.3f}, accuracy {accuracy:.3f}; data-free: cosine image {free_image:.3f} text "
+        f"{free_text:.3f}, accuracy {free_accuracy:.3f}; report: {converted.conversion_report}"
+    )
+    assert clip_accuracy > 10 / TOY_BATCH  # trained: clearly better than chance (1 / TOY_BATCH)
+    assert image > 0.93 and text > 0.95 and accuracy > 0.5 * clip_accuracy
+    assert free_image < image - 0.2 and free_accuracy < 0.5 * accuracy
+    report = converted.conversion_report
+    assert report.image_cosine > 0.9 and report.text_cosine > 0.95 and "shapes world" in report.calibration
+
+
 @pytest.mark.parametrize("target", [-1.0, 0.0, 0.8, 1.3])
 def test_set_lambda_hits_the_target_with_nonzero_vectors(target):
-    model = DiffCLIPModel.from_clip(CLIPModel(CLIPConfig(**tiny_config_kwargs())), differential_init="random")
+    clip = CLIPModel(CLIPConfig(**tiny_config_kwargs()))
+    model = DiffCLIPModel.from_clip(clip, differential_init="random", calibration_data=SYNTHETIC)
     attention = model.text_model.encoder.layers[1].self_attn
     set_lambda(attention, target)
     assert attention.lambda_full().item() == pytest.approx(target, abs=1e-6)
