@@ -258,7 +258,7 @@ def test_from_clip_starts_close_to_a_trained_clip_where_data_free_calibration_do
         f"{free_text:.3f}, accuracy {free_accuracy:.3f}; report: {converted.conversion_report}"
     )
     assert clip_accuracy > 10 / TOY_BATCH  # trained: clearly better than chance (1 / TOY_BATCH)
-    assert image > 0.93 and text > 0.95 and accuracy > 0.5 * clip_accuracy
+    assert image > 0.9 and text > 0.95 and accuracy > 0.5 * clip_accuracy
     assert free_image < image - 0.2 and free_accuracy < 0.5 * accuracy
     report = converted.conversion_report
     assert report.image_cosine > 0.9 and report.text_cosine > 0.95 and "shapes world" in report.calibration
