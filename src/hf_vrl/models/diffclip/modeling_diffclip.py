@@ -615,10 +615,15 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
         self.post_init()
 
     @classmethod
-    def from_clip(cls, clip_model_or_path: Any, **config_overrides: Any) -> "DiffCLIPModel":
+    def from_clip(cls, clip_model_or_path: Any, **kwargs: Any) -> "DiffCLIPModel":
         """Convert a transformers `CLIPModel` (or a path / Hub id of one) to DiffCLIP (needs `hf_vrl`).
 
-        See `hf_vrl.methods.diffclip.convert.diffclip_from_clip` for the key map and the initialisation.
+        The differential branch is calibrated on real images and captions so that the model starts close to
+        the CLIP: `calibration_data=` your images or dataset (default: the generated shapes world;
+        `"synthetic"`: data-free), preprocessed with `image_processor=` / `tokenizer=` (default: those saved
+        with a CLIP given as a path). `model.conversion_report` holds the mean cosine per tower between the
+        DiffCLIP and CLIP embeddings on held-out calibration examples. Other keyword arguments: see
+        `hf_vrl.methods.diffclip.convert.diffclip_from_clip` (key map, initialisation, config overrides).
         """
         try:
             from hf_vrl.methods.diffclip.convert import diffclip_from_clip
@@ -626,7 +631,7 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
             raise ImportError(
                 "DiffCLIPModel.from_clip needs the hf_vrl package: pip install hf-vrl"
             ) from error
-        return diffclip_from_clip(clip_model_or_path, model_class=cls, **config_overrides)
+        return diffclip_from_clip(clip_model_or_path, model_class=cls, **kwargs)
 
     @classmethod
     def from_official_checkpoint(cls, path: Any, **kwargs: Any) -> "DiffCLIPModel":
