@@ -17,9 +17,14 @@ def run(argv, capsys):
 
 
 def test_a_missing_model_folder_is_one_line(tmp_path, capsys):
-    code, err = run(["train", "dcr", "--clip", str(tmp_path / "no-such-clip"), "--output-dir", str(tmp_path / "o")], capsys)
+    code, err = run(
+        ["train", "dcr", "--clip", str(tmp_path / "no-such-clip"), "--output-dir", str(tmp_path / "o")],
+        capsys,
+    )
     assert code == 2 and len(err) == 2
-    assert "no-such-clip" in err[0] and "neither a local folder nor reachable on the Hugging Face Hub" in err[0]
+    assert (
+        "no-such-clip" in err[0] and "neither a local folder nor reachable on the Hugging Face Hub" in err[0]
+    )
     assert err[1] == "(run with --debug for the traceback)"
 
 

@@ -26,11 +26,21 @@ def env() -> dict:
 
 
 def single(argv):
-    return subprocess.run([sys.executable, str(WORKER), *argv], env=env(), capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, str(WORKER), *argv], env=env(), capture_output=True, text=True, timeout=900
+    )
 
 
 def torchrun(argv):
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER)]
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(WORKER),
+    ]
     return subprocess.run([*launch, *argv], env=env(), capture_output=True, text=True, timeout=900)
 
 
@@ -51,7 +61,11 @@ def test_two_processes_train_diffclip_as_one_over_the_global_batch(tmp_path):
     one, two = (load_file(tmp_path / name / "final" / "model.safetensors") for name in ("one", "two"))
     assert one.keys() == two.keys()
     moved = load_file(tmp_path / "one" / "checkpoints" / "train" / "checkpoint-3" / "model.safetensors")
-    for key in one:
+    # A key bias shifts every logit of a query by the same q.b, which softmax ignores: its gradient is zero in
+    # exact arithmetic and rounding noise in floats, which Adam normalises into full steps of random sign.
+    compared = [key for key in one if not key.endswith("k_proj.bias")]
+    assert len(compared) > 0.9 * len(one)
+    for key in compared:
         # same samples, crops, order and gradient; only the reduction order differs
         torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
         torch.testing.assert_close(moved[key], one[key], rtol=0, atol=0)
@@ -59,7 +73,10 @@ def test_two_processes_train_diffclip_as_one_over_the_global_batch(tmp_path):
 
 def test_each_process_reads_its_own_shards(tmp_path):
     """Two shards with different bad samples: each process's skip log holds only its own shard's."""
-    shards = [write_mixed_shard(tmp_path / "0.tar"), write_plain_shard(tmp_path / "1.tar", 100, 12, size=(32, 32))]
+    shards = [
+        write_mixed_shard(tmp_path / "0.tar"),
+        write_plain_shard(tmp_path / "1.tar", 100, 12, size=(32, 32)),
+    ]
     # the second shard gets a bad sample of its own kind: a missing caption
     import tarfile
 

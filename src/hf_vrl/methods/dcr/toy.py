@@ -92,7 +92,8 @@ def pretrain_clip(
                 input_ids=batch["input_ids"],
                 attention_mask=batch["attention_mask"],
             )
-            loss = clip_contrastive_loss(out.image_embeds, out.text_embeds, model.logit_scale.exp())
+            scale = model.logit_scale.exp()  # this process alone, whatever group it belongs to:
+            loss = clip_contrastive_loss(out.image_embeds, out.text_embeds, scale, rank=0, world_size=1)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
