@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from hf_vrl.devices import module_device, module_dtype, to_device
+from hf_vrl.viz import new_figure
 
 __all__ = ["attention_figure", "relevance_maps"]
 
@@ -142,15 +143,6 @@ def _upsampled(maps: Tensor, size: tuple[int, int]) -> np.ndarray:
     return ((maps - low) / (high - low).clamp(min=1e-12)).cpu().numpy()
 
 
-def _figure(width: float, height: float, dpi: int) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=dpi)
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def attention_figure(
     image: Any,
     queries: str | Sequence[str],
@@ -185,7 +177,7 @@ def attention_figure(
         columns[name] = _upsampled(maps, background.shape[:2])
 
     n_cols = 1 + len(columns)
-    fig = _figure(n_cols * panel_inches, len(queries) * panel_inches, dpi)
+    fig = new_figure(n_cols * panel_inches, len(queries) * panel_inches, dpi)
     axes = fig.subplots(len(queries), n_cols, squeeze=False)
     for row, query in enumerate(queries):
         axes[row, 0].imshow(background)
