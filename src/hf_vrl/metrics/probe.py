@@ -6,7 +6,7 @@ counted, not printed one by one: the result's `n_not_converged` and one logged l
 
 The fits run on one thread by default (`threads=1`, BLAS and OpenMP through threadpoolctl): an L-BFGS step on
 probe-sized data is too small to gain from threads, and on a busy 2-core machine OpenMP's spin-waiting made a
-10,000-sample probe of 64-d features run for over 15 minutes instead of 27 s (benchmarks in the report)."""
+10,000-sample probe of 64-d features run for over 15 minutes instead of 27 s (benchmarks/linear_probe.py)."""
 
 from __future__ import annotations
 
