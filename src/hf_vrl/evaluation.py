@@ -739,7 +739,8 @@ def _summary(report: Mapping[str, Any]) -> str:
     """One line per task: its headline numbers."""
     rows = [["task", "result"]]
     rows += [[task, _headline(result)] for task, result in report.items() if isinstance(result, dict)]
-    return text_table([row for row in rows if row[0] != "skipped"], left_columns=2)
+    table = text_table([row for row in rows if row[0] != "skipped"], left_columns=2)
+    return "\n".join(line.rstrip() for line in table.splitlines())
 
 
 def main(argv: list[str] | None = None) -> int:
