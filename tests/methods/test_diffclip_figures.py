@@ -189,8 +189,8 @@ class _Tokenizer:
         return {"input_ids": ids, "attention_mask": mask}
 
 
-def test_attention_figure_writes_png_of_expected_size(tmp_path):
-    models = {"CLIP": _tiny("clip"), "DiffCLIP": _tiny("diffclip")}
+def test_attention_figure_writes_png_of_expected_size(tmp_path, device):
+    models = {"CLIP": _tiny("clip").to(device), "DiffCLIP": _tiny("diffclip").to(device)}
     processor = CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (24, 20, 3), dtype=np.uint8))
     path = tmp_path / "fig" / "attention.png"
