@@ -23,12 +23,19 @@ from accelerate.data_loader import prepare_data_loader
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
-from transformers import Trainer, TrainerState
+from transformers import Trainer, TrainerCallback, TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
 from .contrastive import clip_contrastive_loss
 
-__all__ = ["EXTRA_STATE_NAME", "STAGING_DIR", "ContrastiveTrainer", "VRLTrainer", "in_batch_accuracy"]
+__all__ = [
+    "EXTRA_STATE_NAME",
+    "STAGING_DIR",
+    "ContrastiveTrainer",
+    "LogitScaleCap",
+    "VRLTrainer",
+    "in_batch_accuracy",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -283,6 +290,28 @@ def in_batch_accuracy(image_embeds: Tensor, text_embeds: Tensor) -> Tensor:
 ContrastiveLossFn = Callable[..., Tensor]
 
 
+class LogitScaleCap(TrainerCallback):
+    """open_clip's cap on CLIP's logit scale: the ``logit_scale`` parameter (log of the multiplier) is clamped
+    to log(``max_logit_scale``) when training starts and after every optimizer step."""
+
+    def __init__(self, max_logit_scale: float = 100.0) -> None:
+        self.max_log_scale = math.log(max_logit_scale)
+
+    def clamp(self, model: nn.Module | None) -> None:
+        param = getattr(model, "logit_scale", None)
+        if isinstance(param, Tensor):
+            with torch.no_grad():
+                param.clamp_(max=self.max_log_scale)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs):
+        self.clamp(model)
+
+    def on_optimizer_step(
+        self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs
+    ):
+        self.clamp(model)
+
+
 class ContrastiveTrainer(VRLTrainer):
     """Train a CLIP-like dual encoder (CLIPModel, DiffCLIP, ...) with the symmetric InfoNCE loss.
 
@@ -291,9 +320,10 @@ class ContrastiveTrainer(VRLTrainer):
     model would bypass DistributedDataParallel's forward, and DDP then silently skips the gradient all-reduce.
 
     The logit scale is ``model.logit_scale.exp()``, clipped at ``max_logit_scale`` = 100 as in CLIP (Radford
-    et al., 2021, §2.5): the multiplier is clamped in the loss, and the parameter is clamped to log(100)
-    before every training step (open_clip's post-step clamp) so it never sticks where the clamp passes no
-    gradient.
+    et al., 2021, §2.5) by open_clip's rule (``LogitScaleCap``): the *parameter* is clamped to log(100) when
+    training starts and after every optimizer step, and the loss multiplies by its ``exp`` unclamped, so the
+    gradient reaches the parameter at the cap as well (clamping the multiplier instead passes no gradient
+    there, and a scale that reaches 100, or starts there as OpenAI's checkpoints do, never moves again).
 
     ``loss_fn`` replaces the objective; the default is ``clip_contrastive_loss`` with ``local_loss=True,
     gather_with_grad=True`` (the exact global-batch gradient at 1/N of the logits, open_clip's advice at
@@ -313,11 +343,13 @@ class ContrastiveTrainer(VRLTrainer):
         super().__init__(*args, **kwargs)
         self.loss_fn = loss_fn or partial(clip_contrastive_loss, local_loss=True, gather_with_grad=True)
         self.max_logit_scale = max_logit_scale
+        self.add_callback(LogitScaleCap(max_logit_scale))
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
-        """Only weight matrices (ndim >= 2) decay, as in open_clip and SLIP (DiffCLIP's code base): biases,
-        norms, the class embedding, ``logit_scale`` and DiffCLIP's λ vectors do not. transformers' default
-        would decay the last three, pulling the logit scale towards 1."""
+        """Only parameters with ndim >= 2 decay: biases, norms, ``logit_scale``, DiffCLIP's λ vectors and the
+        1-D class embedding do not (transformers' default would decay the last three, pulling the logit scale
+        towards 1). This is open_clip's rule, whose class embedding is 1-D too; SLIP (DiffCLIP's code base)
+        excludes ndim < 2, biases and norms as well, but decays its class token, which timm stores 3-D."""
         return [name for name, param in model.named_parameters() if param.ndim >= 2]
 
     def _logit_scale_param(self, model: nn.Module) -> nn.Parameter:
@@ -329,16 +361,6 @@ class ContrastiveTrainer(VRLTrainer):
             )
         return param
 
-    def training_step(
-        self,
-        model: nn.Module,
-        inputs: dict[str, Tensor | Any],
-        num_items_in_batch: Tensor | int | None = None,
-    ) -> Tensor:
-        with torch.no_grad():
-            self._logit_scale_param(model).clamp_(max=math.log(self.max_logit_scale))
-        return super().training_step(model, inputs, num_items_in_batch)
-
     def compute_loss(
         self,
         model: nn.Module,
@@ -349,7 +371,7 @@ class ContrastiveTrainer(VRLTrainer):
         """Symmetric InfoNCE over the (global) batch; returns the per-micro-batch mean."""
         outputs = model(**_encoder_inputs(inputs))
         image_embeds, text_embeds = _paired_embeds(outputs)
-        logit_scale = self._logit_scale_param(model).exp().clamp(max=self.max_logit_scale)
+        logit_scale = self._logit_scale_param(model).exp()  # capped by LogitScaleCap
         loss = self.loss_fn(
             image_embeds,
             text_embeds,

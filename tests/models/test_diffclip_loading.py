@@ -22,6 +22,7 @@ from transformers import (
 )
 
 import hf_vrl.models  # noqa: F401 - registers the Auto classes
+from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel, DiffCLIPVisionConfig, DiffCLIPVisionModel
 
 REMOTE_LOAD = textwrap.dedent(
@@ -144,7 +145,9 @@ def toy_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
+def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer, device):
+    """The pipeline on `device` (it moves the model there); the by-hand check builds its inputs on the CPU
+    and moves them to the model's device, as every caller of a moved model must."""
     model = tiny_model()
     image_processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
     image = Image.fromarray((np.random.default_rng(0).random((20, 24, 3)) * 255).astype("uint8"))
@@ -154,7 +157,9 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
         model=model,
         image_processor=image_processor,
         tokenizer=toy_tokenizer,
+        device=device,
     )
+    assert module_device(model).type == device.type
     result = classifier(image, candidate_labels=labels)
     assert sorted(r["label"] for r in result) == sorted(labels)
     assert sum(r["score"] for r in result) == pytest.approx(1.0)
@@ -163,8 +168,9 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
     texts = toy_tokenizer(
         [f"This is a photo of {label}." for label in labels], padding=True, return_tensors="pt"
     )
+    inputs = to_device({"pixel_values": pixel_values, **texts}, module_device(model), module_dtype(model))
     with torch.no_grad():
-        probs = model(pixel_values=pixel_values, **texts).logits_per_image.softmax(-1)[0]
+        probs = model(**inputs).logits_per_image.softmax(-1)[0]
     assert {r["label"]: r["score"] for r in result} == pytest.approx(
         dict(zip(labels, probs.tolist())), abs=1e-5
     )
@@ -172,7 +178,7 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
     model.save_pretrained(tmp_path)
     image_processor.save_pretrained(tmp_path)
     toy_tokenizer.save_pretrained(tmp_path)
-    from_dir = pipeline("zero-shot-image-classification", model=str(tmp_path))
+    from_dir = pipeline("zero-shot-image-classification", model=str(tmp_path), device=device)
     assert type(from_dir.model) is DiffCLIPModel
     scores = {r["label"]: r["score"] for r in from_dir(image, candidate_labels=labels)}
     assert scores == pytest.approx({r["label"]: r["score"] for r in result}, abs=1e-6)

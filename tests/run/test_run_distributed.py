@@ -86,8 +86,8 @@ def test_each_process_reads_its_own_shards(tmp_path):
         add_member(tar, "999999.jpg", encode(noise((32, 32), seed=1), "JPEG"))
     data = f"webdataset:{tmp_path}/{{0..1}}.tar"
     out = tmp_path / "run"
-    ok(torchrun(["train", "diffclip", "--dataset", data, "--shuffle-buffer", "0", "--batch-size", "2", "--max-steps", "2",
-                 "--save-steps", "2", "--output-dir", str(out), *QUIET]))  # fmt: skip
+    argv = ["train", "diffclip", "--dataset", data, "--shuffle-buffer", "0", "--batch-size", "2"]
+    ok(torchrun([*argv, "--max-steps", "2", "--save-steps", "2", "--output-dir", str(out), *QUIET]))
     logs = sorted((out / "logs" / "skips").glob("*.tsv"))
     keys = [{line.split("\t")[1] for line in path.read_text().splitlines()} for path in logs]
     assert len(logs) == 2  # one file per process
@@ -97,8 +97,9 @@ def test_each_process_reads_its_own_shards(tmp_path):
 
 @pytest.mark.parametrize("launcher", ["accelerate", "torchrun"])
 def test_dcr_runs_under_both_launchers(tmp_path, launcher):
-    argv = ["train", "dcr", "--train-limit", "24", "--batch-size", "3", "--stage1-steps", "2", "--max-steps", "2",
-            "--save-steps", "2", "--clip-pretrain-steps", "2", "--diffusion-pretrain-steps", "2", *QUIET,
+    argv = ["train", "dcr", "--train-limit", "24", "--batch-size", "3", "--stage1-steps", "2",
+            "--max-steps", "2", "--save-steps", "2", "--clip-pretrain-steps", "2",
+            "--diffusion-pretrain-steps", "2", *QUIET,
             "--output-dir", str(tmp_path / "run")]  # fmt: skip
     ok(accelerate_launch(argv, 29400 + os.getpid() % 500) if launcher == "accelerate" else torchrun(argv))
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
