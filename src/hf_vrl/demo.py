@@ -59,7 +59,7 @@ def dual_encoder(arch: str) -> Callable[[argparse.Namespace, Path], dict[str, di
             eval_dataset=dataset,
             eval_limit=args.eval_limit,
             train_limit=args.train_limit,
-            tasks=["zero_shot", "retrieval", "clustering"],
+            tasks=["zero_shot", "clustering"],
             max_steps=args.steps,
             batch_size=args.batch_size,
             learning_rate=args.learning_rate,

@@ -320,6 +320,8 @@ def _train_summary(run: Run) -> dict[str, Any]:
 def execute(method_class: type[Method], config: RunConfig, resume: str | None = None) -> dict[str, Any]:
     """Run `config` with `method_class` (see the module docstring); returns the report."""
     rank, world_size, state = _process_state()
+    if torch.cuda.is_available():
+        torch.backends.cudnn.benchmark = True  # the fast CUDA settings (TF32 comes with TrainingArguments)
     out = RunDir(Path(config.output.output_dir or f"runs/{method_class.name}"))
     run = Run(config=config, dir=out, resume=resume, rank=rank, world_size=world_size)
     method = method_class(run)

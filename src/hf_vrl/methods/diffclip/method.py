@@ -173,7 +173,13 @@ class DiffCLIPMethod(Method):
             return None
         tasks = self.config.eval.tasks or DEFAULT_TASKS
         return evaluate_clip(
-            model, self.image_processor, self.tokenizer, data, tasks=tasks, device=self.run.device
+            model,
+            self.image_processor,
+            self.tokenizer,
+            data,
+            tasks=tasks,
+            dataset_name=self.config.eval.eval_dataset,
+            device=self.run.device,
         )
 
     def _eval_data(self, model: nn.Module) -> Any:
