@@ -698,6 +698,13 @@ class DiffCLIPPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = False
     _can_record_outputs = {"hidden_states": DiffCLIPEncoderLayer, "attentions": DiffCLIPAttention}
 
+    def _initialize_weights(self, module, *args, **kwargs):
+        """Run `_init_weights` on every module not yet initialised. transformers >= 5.x otherwise skips, in
+        custom code, any module whose own parameters are all loaded, which includes modules that own none
+        (the MLP, plain attention): their Linear layers would keep the generic init. `_init_weights` uses the
+        `transformers.initialization` helpers, which leave loaded tensors alone themselves."""
+        super()._initialize_weights(module)
+
     @torch.no_grad()
     def _init_weights(self, module):
         """Each tower by its `initializer_style`: CLIP's init (`"clip"`) or the released DiffCLIP's
@@ -706,7 +713,10 @@ class DiffCLIPPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         factor = self.config.initializer_factor
         tower_config = getattr(module, "config", None)
-        if getattr(tower_config, "initializer_style", "clip") == "release":
+        release = (
+            isinstance(tower_config, DiffCLIPTowerConfig) and tower_config.initializer_style == "release"
+        )
+        if release and isinstance(module, RELEASE_INIT_MODULES):
             self._init_release_style(module)
         elif isinstance(module, DiffCLIPTextEmbeddings):
             _init_child_weight(module.token_embedding, factor * 0.02)
@@ -773,6 +783,9 @@ class DiffCLIPPreTrainedModel(PreTrainedModel):
             elif text:
                 _init_child_weight(module.fc1, (2 * width) ** -0.5)
                 _init_child_weight(module.fc2, width**-0.5 * (2 * layers) ** -0.5)
+
+
+RELEASE_INIT_MODULES = (DiffCLIPTextEmbeddings, DiffCLIPVisionEmbeddings, DiffCLIPAttention, DiffCLIPMLP)
 
 
 class DiffCLIPEncoder(nn.Module):
