@@ -37,6 +37,7 @@ with torch.no_grad():
     out = model(**torch.load(inputs_path))
 outputs = {key: value for key, value in out.items() if torch.is_tensor(value)}
 result = {"outputs": outputs, "cls": type(model).__name__, "transformers": transformers.__version__}
+result["threads"] = (torch.get_num_threads(), torch.get_num_interop_threads())
 torch.save(result, outputs_path)
 """
 
@@ -49,7 +50,8 @@ COMPAT_CACHE = Path(
 def remote_load(model_dir: Path, inputs: dict, work_dir: Path, environment: Path | None = None) -> dict:
     """Run `AutoModel.from_pretrained(model_dir, trust_remote_code=True)(**inputs)` in a fresh interpreter
     (transformers from `environment` when given, else the installed one) with this process's torch thread
-    counts; returns {"outputs": tensor fields, "cls": class name, "transformers": version}."""
+    counts; returns {"outputs": tensor fields, "cls": class name, "transformers": version, "threads": the
+    child's (intra-op, inter-op) thread counts}."""
     work_dir.mkdir(parents=True, exist_ok=True)
     torch.save(inputs, work_dir / "inputs.pt")
     script = work_dir / "load.py"

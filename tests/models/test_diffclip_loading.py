@@ -52,8 +52,10 @@ def test_save_then_fresh_process_remote_code_load_is_identical(tmp_path):
     }
     with torch.no_grad():
         expected = model(**inputs)
-    loaded = remote_load(model_dir, inputs, tmp_path / "child")  # same torch thread settings as here
+    loaded = remote_load(model_dir, inputs, tmp_path / "child")
     assert loaded["cls"] == "DiffCLIPModel"
+    # exact comparison across processes: both split reductions over the same number of threads
+    assert loaded["threads"] == (torch.get_num_threads(), torch.get_num_interop_threads())
     for name in ("logits_per_image", "logits_per_text", "image_embeds", "text_embeds"):
         torch.testing.assert_close(loaded["outputs"][name], expected[name], rtol=0, atol=0, msg=name)
 
