@@ -1,6 +1,7 @@
 """DiffCLIP's fused paths equal the plain ones: the differential tail (torch ops and Triton kernels), q/k/v in
 one matrix product, and the whole model with either tail."""
 
+import functools
 import math
 import os
 import subprocess
@@ -123,20 +124,34 @@ def test_model_with_fused_tail_equals_plain_tail():
         )  # as eager vs SDPA
 
 
+def fused_qkv(model: torch.nn.Module) -> torch.nn.Module:
+    """Ask every attention layer for the fused q/k/v product (the CUDA default) on this device too."""
+    for module in model.modules():
+        if isinstance(module, DiffCLIPAttention):
+            module.project_qkv = functools.partial(module.project_qkv, fused=True)
+    return model
+
+
 def test_fused_qkv_equals_separate_projections_and_yields_to_adapters():
     model = make_model("sdpa")
     attention = model.vision_model.encoder.layers[0].self_attn
     x = torch.randn(2, 17, 32)
     with torch.no_grad():
-        fused = attention.project_qkv(x)
+        fused = attention.project_qkv(x, fused=True)
         separate = tuple(layer(x) for layer in (attention.q_proj, attention.k_proj, attention.v_proj))
     for got, want in zip(fused, separate, strict=True):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
     pixel_values = torch.randn(2, 3, 16, 16)
-    lora = get_peft_model(
-        make_model("sdpa"), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)
-    )
+    with torch.no_grad():
+        torch.testing.assert_close(
+            fused_qkv(model).get_image_features(pixel_values=pixel_values).pooler_output,
+            make_model("sdpa").get_image_features(pixel_values=pixel_values).pooler_output,
+            atol=1e-5,
+            rtol=1e-5,
+        )
+    lora = LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)
+    lora = fused_qkv(get_peft_model(make_model("sdpa"), lora))
     with torch.no_grad():
         adapted = lora.get_image_features(pixel_values=pixel_values).pooler_output
         base = make_model("sdpa").get_image_features(pixel_values=pixel_values).pooler_output

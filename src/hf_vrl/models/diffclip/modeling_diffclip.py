@@ -507,9 +507,8 @@ class DiffCLIPAttention(nn.Module):
     """Multi-head attention of one DiffCLIP layer: differential attention (DiffCLIP §3.2, Diff MHA) when
     `config.differential_attention`, else CLIP's attention. Biases on q/k/v/out as in CLIP.
 
-    q/k/v run as one matrix product over the concatenated `q_proj`/`k_proj`/`v_proj` weights (the
-    checkpoint keys stay CLIP's) while the three are plain `nn.Linear`s (not replaced by LoRA or quantised
-    layers).
+    On CUDA q/k/v run as one matrix product over the concatenated `q_proj`/`k_proj`/`v_proj` weights (the
+    checkpoint keys stay CLIP's), see `project_qkv`.
     `fused_tail=False` selects the plain differential tail (for tests and benchmarks)."""
 
     fused_tail = True
@@ -555,11 +554,16 @@ class DiffCLIPAttention(nn.Module):
             return eager_attention_forward
         return ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
 
-    def project_qkv(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Q, K, V `[B, N, D]`: one matrix product when q/k/v are plain `nn.Linear`s, else each layer
-        itself."""
+    def project_qkv(
+        self, hidden_states: torch.Tensor, fused: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V `[B, N, D]`, by default as one matrix product on CUDA (one read of the input, one kernel
+        each way; the concatenated weight is a small copy next to a training batch's activations) and as
+        three on the CPU (where that copy, kept for backward, would outweigh a small batch's activations).
+        Always three when q/k/v are not plain `nn.Linear`s (LoRA, quantised layers)."""
         layers = (self.q_proj, self.k_proj, self.v_proj)
-        if any(type(layer) is not nn.Linear for layer in layers):
+        fused = hidden_states.is_cuda if fused is None else fused
+        if not fused or any(type(layer) is not nn.Linear for layer in layers):
             return tuple(layer(hidden_states) for layer in layers)
         weight = torch.cat([layer.weight for layer in layers])
         bias = torch.cat([layer.bias for layer in layers])
