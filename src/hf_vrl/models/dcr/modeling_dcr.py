@@ -22,11 +22,24 @@ from transformers import (
     SiglipModel,
     SiglipVisionModel,
 )
-from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
 from .configuration_dcr import DCRConfig
+
+# Compatibility with transformers 4.57 to 5.x (the configuration file refuses older versions):
+# transformers.initialization (5.x) guards weights loaded from a checkpoint; 4.x initialises only missing
+# weights, so torch's initialisers do there.
+try:
+    from transformers import initialization as init
+except ImportError:
+    from torch.nn import init
+
+
+def _tower_body(tower: PreTrainedModel) -> nn.Module:
+    """The module holding a vision tower's `embeddings`/`encoder`/`post_layernorm`: the model itself from
+    transformers 5.17 on, its `vision_model` attribute before (checkpoint keys: `vision_model.*` on all)."""
+    return getattr(tower, "vision_model", tower)
 
 
 @dataclass
@@ -80,8 +93,12 @@ class DCRPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         """Projector: LayerNorm (1, 0), linears N(0, initializer_range); CLIP's projection init; zero null
-        embeds."""
+        embeds; the towers' position-id buffers (never in a checkpoint; transformers 5.0 left them unset)."""
         super()._init_weights(module)
+        if isinstance(getattr(module, "position_ids", None), torch.Tensor):
+            module.position_ids.copy_(
+                torch.arange(module.position_ids.shape[-1]).expand_as(module.position_ids)
+            )
         if isinstance(module, DCRModel):
             if module.visual_projection is not None:
                 std = self.config.vision_config.hidden_size**-0.5
@@ -100,7 +117,7 @@ class DCRModel(DCRPreTrainedModel):
     def __init__(self, config: DCRConfig):
         super().__init__(config)
         vision_config = config.vision_config
-        self.vision_model = AutoModel.from_config(vision_config)
+        self.vision_model = _tower_body(AutoModel.from_config(vision_config))
         self.visual_projection = (
             nn.Linear(vision_config.hidden_size, vision_config.projection_dim, bias=False)
             if config.has_visual_projection
@@ -252,7 +269,7 @@ def _split_tower(tower: PreTrainedModel) -> tuple:
     if isinstance(tower, SiglipModel):
         return tower.config.vision_config, tower.vision_model, None
     if isinstance(tower, SiglipVisionModel):
-        return tower.config, tower, None
+        return tower.config, _tower_body(tower), None
     raise TypeError(
         f"DCRModel.from_clip got a {type(tower).__name__}; pass a CLIPModel, CLIPVisionModelWithProjection, "
         "SiglipModel, SiglipVisionModel or a path to one"
