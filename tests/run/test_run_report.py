@@ -1,4 +1,4 @@
-"""`hf-vrl compare`: any runs side by side from their report.json, with the same metric names for every method."""
+"""`hf-vrl compare`: runs side by side from their report.json, with the same metric names for every method."""
 
 from __future__ import annotations
 
