@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
+from hf_vrl.data.toy import OMITTABLE
 from hf_vrl.errors import UserError
 from hf_vrl.run.config import OptimConfig, RunConfig, at_least, in_range, setting
 from hf_vrl.run.layout import atomic_dir
@@ -48,6 +49,11 @@ class DCRModelConfig:
     )
     clip_pretrain_steps: int = setting(
         0, "toy world only: first train `clip` from its config with the CLIP loss", check=at_least(0)
+    )
+    clip_blind_to: list[str] = setting(
+        help="toy world only: the toy CLIP's captions never mention these factors (e.g. colour), while the "
+        "toy diffusion model learns from full captions",
+        default_factory=list,
     )
     condition_mode: Literal["official", "cls", "cls_patches"] = setting(
         "official",
@@ -155,6 +161,13 @@ class DCRRunConfig(RunConfig):
         problems = super().validate()
         if self.optim.max_steps is None:
             problems.append("optim.max_steps: DCR trains by steps (the stage-2 / end-to-end length); set it")
+        blind = self.model.clip_blind_to
+        if blind and not (self.model.clip_pretrain_steps and self.data.dataset == "shapes"):
+            problems.append(
+                "model.clip_blind_to needs the toy world: dataset shapes and clip_pretrain_steps > 0"
+            )
+        if set(blind) - set(OMITTABLE):
+            problems.append(f"model.clip_blind_to: captions can leave out {OMITTABLE}, not {blind}")
         if self.dcr.objective != "dcr" and self.dcr.num_negatives is not None:
             problems.append("dcr.num_negatives applies to objective=dcr only")
         for name in ("image_mean", "image_std"):
@@ -206,21 +219,21 @@ class DCRMethod(Method):
         toy_clip = run.dir.inputs / "base-clip"
         toy_sd = run.dir.inputs / "tiny-sd"
         if run.is_main and (model.clip_pretrain_steps or diffusion == "tiny"):
-            data = None
             if model.clip_pretrain_steps and not toy_clip.is_dir():
-                data = self._toy_data()
+                blind = self._toy_data(omit=model.clip_blind_to)
                 with atomic_dir(toy_clip) as folder:
                     toy.pretrain_clip(
                         clip,
-                        data,
+                        blind,
                         folder,
                         model.clip_pretrain_steps,
-                        batch_size=min(64, len(data)),
+                        batch_size=min(64, len(blind)),
                         seed=self.config.seed,
                     )
             if diffusion == "tiny" and not toy_sd.is_dir():
-                data = self._toy_data() if data is None else data
-                text_encoder = toy_clip if model.clip_pretrain_steps else clip
+                data = self._toy_data()
+                text_encoder = self._sd_text_encoder(data) if model.clip_blind_to else None
+                text_encoder = text_encoder or (toy_clip if model.clip_pretrain_steps else clip)
                 with atomic_dir(toy_sd) as folder:
                     toy.build_tiny_sd(
                         folder,
@@ -236,16 +249,33 @@ class DCRMethod(Method):
             clip = str(toy_clip)
         return clip, str(toy_sd) if diffusion == "tiny" else diffusion
 
-    def _toy_data(self) -> Any:
+    def _sd_text_encoder(self, data: Any) -> Path:
+        """A toy CLIP trained on the full captions, whose text tower conditions the toy diffusion model when
+        the
+        CLIP to enhance is blind to a factor (SD's own text encoder is another model than the CLIP, too)."""
+        from hf_vrl.methods.dcr import toy
+
+        folder = self.run.dir.inputs / "sd-text-clip"
+        if not folder.is_dir():
+            steps = self.config.model.clip_pretrain_steps
+            with atomic_dir(folder) as staging:
+                toy.pretrain_clip(
+                    self.base, data, staging, steps, batch_size=min(64, len(data)), seed=self.config.seed
+                )
+        return folder
+
+    def _toy_data(self, omit: list[str] | None = None) -> Any:
         from hf_vrl.data.registry import load_dataset_by_name
 
         data = self.config.data
+        extra = {"omit": omit} if omit else {}
         return load_dataset_by_name(
             data.dataset,
             split=data.split,
             limit=data.train_limit,
             seed=self.config.seed,
             image_size=self.image_size,
+            **extra,
         )
 
     def _normalisation(self) -> tuple[list[float], list[float]]:
