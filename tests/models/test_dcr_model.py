@@ -60,13 +60,15 @@ def test_condition_modes(clip):
     torch.testing.assert_close(out.conditions[:, 0], cls.projector(out.image_embeds))
     assert cls.null_text_embeds is None
 
-    patches = DCRModel.from_clip(clip, condition_dim=16, condition_mode="cls_patches", patch_token_ratio=0.25)
+    patches = DCRModel.from_clip(
+        clip, condition_dim=16, num_condition_tokens=5, condition_mode="cls_patches", patch_token_ratio=0.25
+    )
     patches.eval()
-    assert patches(x).conditions.shape == (2, 1 + 4, 16)  # 16 patches at 16 px / patch 4, keep 25%
+    assert patches(x).conditions.shape == (2, 5 + 4, 16)  # 16 patches at 16 px / patch 4, keep 25%
     patches.train()
-    assert patches(x).conditions.shape == (2, 5, 16)
+    assert patches(x).conditions.shape == (2, 9, 16)
     patches.config.patch_token_ratio = 0.0
-    assert patches(x).conditions.shape == (2, 1, 16)  # Table 7's 0% row: [CLS] only
+    assert patches(x).conditions.shape == (2, 5, 16)  # Table 7's 0% row: the official condition
 
 
 def test_set_null_text_embeds_checks_shape(clip):

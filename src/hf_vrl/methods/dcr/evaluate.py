@@ -21,27 +21,36 @@ from torch import nn
 
 from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
+from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.methods.dcr.augment import DCRAugment
 from hf_vrl.methods.dcr.task import DCRCollator
 
 
 class DCREvalModel(nn.Module):
     """CLIP-like view of a DCR encoder for `hf_vrl.evaluation`: image features from the (enhanced) encoder,
-    text features from the original CLIP (`clip`, any model with `get_text_features`)."""
+    text features from the original CLIP (`clip`, any model with `get_text_features`).
+
+    The original CLIP is a frozen companion: it moves to the encoder's device here (and with `.to()` later),
+    and every call moves its inputs to the device (and floating dtype) of the tower it calls.
+    """
 
     def __init__(self, encoder: nn.Module, clip: nn.Module):
         super().__init__()
         self.encoder = encoder
-        self.clip = clip
+        self.clip = clip.to(module_device(encoder))
         self.config = clip.config
 
     def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
-        return self.encoder.get_image_features(pixel_values=pixel_values)
+        pixels = to_device(pixel_values, module_device(self.encoder), module_dtype(self.encoder))
+        return self.encoder.get_image_features(pixel_values=pixels)
 
     def get_text_features(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return as_embeddings(self.clip.get_text_features(input_ids=input_ids, attention_mask=attention_mask))
+        inputs = to_device(
+            {"input_ids": input_ids, "attention_mask": attention_mask}, module_device(self.clip)
+        )
+        return as_embeddings(self.clip.get_text_features(**inputs))
 
 
 @torch.inference_mode()
@@ -55,19 +64,19 @@ def embed_images(
     seed: int = 0,
     batch_size: int = 256,
 ) -> torch.Tensor:
-    """z for PIL images, preprocessed as in training (centre crop, resize, optional a(x), normalise); `[N,
-    D]`."""
-    collate = DCRCollator(image_size)
+    """z for PIL images (centre crop, resize, optional a(x), normalise) on the encoder's device and dtype;
+    `[N, D]` float32 on the CPU."""
+    collate = DCRCollator(image_size, crop_scale=None)
     mean, std = torch.tensor(mean).view(1, 3, 1, 1), torch.tensor(std).view(1, 3, 1, 1)
-    device = next(encoder.parameters()).device
+    device, dtype = module_device(encoder), module_dtype(encoder)
     generator = torch.Generator().manual_seed(seed)
     out = []
     for start in range(0, len(images), batch_size):
-        batch = torch.stack([collate.to_tensor(image) for image in images[start : start + batch_size]])
+        batch = torch.stack([collate.centre_crop(image) for image in images[start : start + batch_size]])
         if augment is not None:
             batch = augment(batch, generator)
-        pixels = ((batch - mean) / std).to(device)
-        out.append(encoder.get_image_features(pixel_values=pixels).float().cpu())
+        pixels = ((batch - mean) / std).to(device, dtype)
+        out.append(as_embeddings(encoder.get_image_features(pixel_values=pixels)).float().cpu())
     return torch.cat(out)
 
 

@@ -149,7 +149,7 @@ def build_tiny_sd(
     tokenizer = AutoTokenizer.from_pretrained(out_dir / "tokenizer")
     scheduler = DDPMScheduler.from_pretrained(out_dir / "scheduler")
     max_length = min(tokenizer.model_max_length, text_encoder.config.max_position_embeddings)
-    collate = DCRCollator(image_size)
+    collate = DCRCollator(image_size, crop_scale=None)
     generator = torch.Generator().manual_seed(seed)
     loader = DataLoader(
         train_dataset,

@@ -124,7 +124,7 @@ class DCRModel(DCRPreTrainedModel):
             else None
         )
         self.projector = DCRProjector(config)
-        if config.condition_mode == "official":
+        if config.condition_mode in ("official", "cls_patches"):
             shape = (1, config.num_condition_tokens, config.condition_dim)
             self.register_buffer("null_text_embeds", torch.zeros(shape), persistent=True)
         else:
@@ -191,14 +191,26 @@ class DCRModel(DCRPreTrainedModel):
     def build_conditions(
         self, image_embeds: torch.Tensor, patch_embeds: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """c = h_omega(z) arranged as UNet cross-attention tokens `[B, T, condition_dim]`."""
+        """c = h_omega(z) arranged as UNet cross-attention tokens `[B, T, condition_dim]`.
+
+        `"official"` (official code, the paper's main runs): the empty-prompt embedding plus h_omega(z)
+        broadcast over its T tokens. `"cls"`: h_omega(z) as one token (§5.1's wording). `"cls_patches"`
+        (Table 7): the `"official"` tokens followed by h_omega of the kept patch tokens, so
+        `patch_token_ratio=0` is exactly the official condition, i.e. Table 7's 0% row, the main result. Patch
+        tokens reach h_omega in the space of z: CLIP's through `post_layernorm` and `visual_projection` as
+        [CLS]; SigLIP's (post-LN hidden states, no [CLS]) through the attention-pooling head applied to each
+        token alone (`_pool_each_token`), where the pooled output z comes from.
+        """
         mode = self.config.condition_mode
-        if mode == "official":
-            return self.null_text_embeds + self.projector(image_embeds).unsqueeze(1)
         if mode == "cls":
             return self.projector(image_embeds).unsqueeze(1)
-        tokens = torch.cat([image_embeds.unsqueeze(1), self._select_patches(patch_embeds)], dim=1)
-        return self.projector(tokens)
+        conditions = self.null_text_embeds + self.projector(image_embeds).unsqueeze(1)
+        if mode == "official":
+            return conditions
+        patches = self._select_patches(patch_embeds)
+        if self.visual_projection is None:
+            patches = _pool_each_token(self.vision_model, patches)
+        return torch.cat([conditions, self.projector(patches)], dim=1)
 
     def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
         """The image embedding z `[B, image_embed_dim]` (what D-ability clustering and MMVP scoring use)."""
@@ -231,6 +243,19 @@ class DCRModel(DCRPreTrainedModel):
         if projection is not None:
             model.visual_projection.load_state_dict(projection.state_dict())
         return model.to(dtype)
+
+
+def _pool_each_token(vision_model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """SigLIP's attention-pooling head run on each token `[B, N, D]` as if it were the only one: one key gets
+    attention weight 1, so the pooled vector is out_proj(W_v x + b_v), then the head's LayerNorm + MLP
+    residual. Maps patch tokens into the space of the pooled output z."""
+    head = next(module for module in vision_model.modules() if hasattr(module, "probe"))
+    attention, dim = head.attention, head.attention.embed_dim
+    packed = attention.in_proj_weight is not None
+    weight = attention.in_proj_weight[2 * dim :] if packed else attention.v_proj_weight
+    bias = None if attention.in_proj_bias is None else attention.in_proj_bias[2 * dim :]
+    pooled = attention.out_proj(nn.functional.linear(tokens, weight, bias))
+    return pooled + head.mlp(head.layernorm(pooled))
 
 
 _TOWER_CLASSES = {
