@@ -86,9 +86,17 @@ class DCRSettings:
     diffusion_dtype: Literal["bfloat16", "float16", "float32"] = setting(
         "float32", "dtype of the frozen UNet / VAE"
     )
-    gradient_checkpointing: Literal["none", "blocks", "chunks"] = setting(
+    gradient_checkpointing: Literal["none", "blocks", "pointwise", "selective", "chunks"] = setting(
         "none",
-        "UNet activation checkpointing: per diffusers block, or whole UNet chunks recomputed in backward",
+        "UNet activation recompute in backward: none; per diffusers block; pointwise ops only; selective "
+        "(matmuls kept, the rest recomputed); whole UNet chunks",
+    )
+    reuse_prefix: bool = setting(
+        True, "run the UNet's condition-independent prefix once per latent, not once per condition (exact)"
+    )
+    compile_unet: bool = setting(False, "torch.compile the frozen UNet (worth it on a GPU)", identity=False)
+    empty_prompt_mask: bool = setting(
+        True, "encode the empty prompt with its attention mask (official code; SD pipelines pass none)"
     )
     objective: Literal["dcr", "reconstruction", "joint"] = setting(
         "dcr", "dcr (Eq. 12), reconstruction (Eq. 8, DIVA-style baseline) or joint (Eq. 9, naive baseline)"
@@ -103,8 +111,14 @@ class DCRSettings:
     num_negatives: int | None = setting(
         None, "negatives per anchor (default: the other B-1 images, B^2 UNet passes)", check=at_least(1)
     )
-    unet_chunk_size: int | None = setting(
-        None, "UNet evaluations per call (default: all in one call)", check=at_least(1)
+    unet_chunk_size: int | Literal["auto"] | None = setting(
+        None,
+        "UNet evaluations per call (default: all in one call; auto: as many as free GPU memory holds)",
+        check=lambda v: None if v in (None, "auto") or v >= 1 else f"must be >= 1, 'auto' or none, got {v!r}",
+    )
+    reconstruction_reduction: Literal["sum", "mean"] = setting(
+        "sum",
+        "L_rec (Eq. 8) per sample: sum = the squared L2 norm of the paper; mean = DIVA's per-value mean",
     )
     lambda_con: float = setting(1.0, "objective=joint: weight of L_con", check=at_least(0))
     lambda_rec: float = setting(1.0, "objective=joint: weight of L_rec", check=at_least(0))
@@ -204,7 +218,13 @@ class DCRMethod(Method):
         self.clip, diffusion_path = self._inputs()
         self.mean, self.std = self._normalisation()
         self.diffusion = load_diffusion(
-            diffusion_path, dcr.diffusion_dtype, dcr.gradient_checkpointing, run.device
+            diffusion_path,
+            dcr.diffusion_dtype,
+            dcr.gradient_checkpointing,
+            run.device,
+            empty_prompt_mask=dcr.empty_prompt_mask,
+            reuse_prefix=dcr.reuse_prefix,
+            compile_unet=dcr.compile_unet,
         )
         self._evaluation = None
 
@@ -320,6 +340,7 @@ class DCRMethod(Method):
             target=dcr.target,
             num_negatives=dcr.num_negatives,
             unet_chunk_size=dcr.unet_chunk_size,
+            reconstruction_reduction=dcr.reconstruction_reduction,
             lambda_con=dcr.lambda_con,
             lambda_rec=dcr.lambda_rec,
             official_augment=dcr.official_augment,
@@ -331,7 +352,7 @@ class DCRMethod(Method):
     def train_stage(self, stage: str, model: nn.Module, checkpoint: str | None) -> nn.Module:
         from transformers import set_seed
 
-        from hf_vrl.methods.dcr.task import DCRCollator, DCRTask
+        from hf_vrl.methods.dcr.task import DCRTask
         from hf_vrl.methods.dcr.trainer import DCRTrainer, LoraSettings, prepare_stage
 
         dcr, optim = self.config.dcr, self.config.optim
@@ -349,7 +370,7 @@ class DCRMethod(Method):
             model=trainable,
             args=args,
             train_dataset=self.run.train_data(image_size=self.image_size),
-            data_collator=DCRCollator(self.image_size),
+            data_collator=task.collator(self.image_size),
             task=task,
         )
         output = trainer.train(resume_from_checkpoint=checkpoint)
