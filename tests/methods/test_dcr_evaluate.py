@@ -57,8 +57,8 @@ def test_evaluate_encoder_protocols(pairs):
     vision_only = evaluate_encoder(
         encoder, data, pairs, image_size=16, image_mean=OPENAI_CLIP_MEAN, image_std=OPENAI_CLIP_STD
     )
-    assert set(vision_only) == {"clustering", "clustering_fine", "mmvp"}
-    assert vision_only["mmvp"]["protocol"].startswith("image-image")
+    assert set(vision_only) == {"clustering", "clustering_fine", "pairs"}  # no text tower: no MMVP-VLM
+    assert vision_only["pairs"]["protocol"].startswith("image-image")
     assert 0 <= vision_only["clustering"]["nmi"] <= 1
     assert encoder.training  # the mode is restored
 
@@ -123,6 +123,7 @@ def test_mmvp_protocol_on_the_encoder_device(device):
             image_std=STD,
         )
         assert report["mmvp"]["protocol"].startswith("MMVP-VLM") and report["mmvp"]["n_pairs"] == 5
+        assert report["pairs"]["n_pairs"] == 5  # the image-image score comes with it
     finally:
         clip.to("cpu")
 

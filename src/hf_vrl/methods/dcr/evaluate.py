@@ -4,10 +4,11 @@ pairs).
 D-ability follows the paper (§5.1, App. E.4): k-means on the image embeddings z, scored with NMI / ACC / ARI.
 P-ability follows MMVP-VLM (App. E.3) exactly as the official evaluation does it: the enhanced image embedding
 against the *original* CLIP text tower (DCR never changes the text side: the official code merges its LoRA
-into the full CLIPModel, whose text adapters get no gradient). A vision-only checkpoint has no text tower; it
-gets the image-image pair score instead (`pair_discrimination`): for each MMVP pair (a, b), an augmented view
-of a must be closer to a than to b and likewise for b; a pair counts when both hold. It asks the same question
-as MMVP — is the one differing detail in the embedding? — with views instead of statements.
+into the full CLIPModel, whose text adapters get no gradient); reported as `mmvp` where there is a text tower.
+Every encoder also gets the image-image pair score (`pairs`, `pair_discrimination`): for each MMVP pair (a, b),
+an augmented view of a must be closer to a than to b and likewise for b; a pair counts when both hold. It asks
+the same question as MMVP — is the one differing detail in the embedding? — with views instead of statements,
+so it also measures what a text tower cannot name (a CLIP never told about colour).
 """
 
 from __future__ import annotations
@@ -125,12 +126,11 @@ def evaluate_encoder(
     embeddings = embed_images(encoder, list(dataset["image"]), image_size, image_mean, image_std)
     report: dict[str, Any] = d_ability(embeddings, dataset)
     if pairs is not None:
+        report["pairs"] = pair_discrimination(encoder, pairs, image_size, image_mean, image_std)
+        report["pairs"]["protocol"] = "image-image pair discrimination (augmented view vs the two images)"
         if clip is not None and callable(getattr(clip, "get_text_features", None)):
             model = DCREvalModel(encoder, clip)
             report["mmvp"] = evaluate_mmvp(model, image_processor, tokenizer, pairs)
             report["mmvp"]["protocol"] = "MMVP-VLM: enhanced image tower vs the original text tower"
-        else:
-            report["mmvp"] = pair_discrimination(encoder, pairs, image_size, image_mean, image_std)
-            report["mmvp"]["protocol"] = "image-image pair discrimination (no text tower)"
     encoder.train(was_training)
     return report
