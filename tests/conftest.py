@@ -24,9 +24,14 @@ def _devices() -> list[str]:
 
 
 @pytest.fixture(params=_devices())
-def device(request) -> torch.device:
-    """The device a test runs its models on: tests of helpers take it to run on the CPU and on CUDA."""
-    return torch.device(request.param)
+def device(request):
+    """The device a test runs its models on: tests of helpers take it to run on the CPU and on CUDA. On CUDA
+    TF32 is off for the test (float32 references), whatever an earlier run's TrainingArguments(tf32=True) left
+    in the process."""
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield torch.device(request.param)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
 def pytest_collection_modifyitems(config, items):

@@ -339,7 +339,8 @@ REMOTE_LOAD = textwrap.dedent(
     images = [Image.open(path) for path in sys.argv[4:]]
     batch = processor(images=images, text=["<image>"] * len(images), return_tensors="pt")
     assert torch.equal(batch["input_ids"], inputs["input_ids"])
-    assert torch.equal(batch["pixel_values"], inputs["pixel_values"])
+    # torchvision (AutoProcessor's default backend where installed) resizes within one grey level of PIL
+    torch.testing.assert_close(batch["pixel_values"], inputs["pixel_values"], rtol=0, atol=1.01 / 255 / 0.26)
     with torch.no_grad():
         logits = model.eval()(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"]).logits
         generated = model.generate(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"],

@@ -113,6 +113,7 @@ def test_align_projector_trains_only_the_projector_resumes_exactly_and_reloads(t
         uninterrupted, processor, train, held_out, sft_config(options, tmp_path / "a", False)
     )
     assert losses["steps"] == 8
+    uninterrupted.cpu()  # the Trainer moved it to the accelerator, if there is one
     torch.testing.assert_close(uninterrupted.model.vision_tower.state_dict(), diffclip_tower().state_dict())
     changed = {
         name
@@ -138,6 +139,7 @@ def test_align_projector_trains_only_the_projector_resumes_exactly_and_reloads(t
     )  # the frozen rest is not saved
     resumed = fresh()
     align_projector(resumed, processor, train, held_out, args, resume_from_checkpoint=checkpoint)
+    resumed.cpu()
     torch.testing.assert_close(resumed.state_dict(), uninterrupted.state_dict(), rtol=0, atol=0)
 
     reloaded = LlavaForConditionalGeneration.from_pretrained(save_llava(resumed, tmp_path / "saved")).eval()

@@ -30,10 +30,10 @@ def tail_inputs(device, dtype=torch.float32, shape=(2, 5, 3, 16), seed=0):
     out_2 = torch.randn(shape[:-3] + (shape[-2], shape[-3], shape[-1]), generator=generator)
     out_2 = out_2.to(device, dtype).transpose(-2, -3).detach().requires_grad_()
     lambda_full = torch.tensor(0.63, device=device, requires_grad=True)
-    norm = DiffCLIPRMSNorm(shape[-1]).to(device)
+    norm = DiffCLIPRMSNorm(shape[-1])
     with torch.no_grad():
         norm.weight.uniform_(0.5, 1.5, generator=generator)
-    return out_1, out_2, lambda_full, norm
+    return out_1, out_2, lambda_full, norm.to(device)
 
 
 def gradients(output, grad, *inputs):

@@ -22,7 +22,14 @@ DIFFCLIP = ["train", "diffclip", "--train-limit", "32", "--max-steps", "3", "--s
 
 
 def env() -> dict:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    """The processes share the CPU (gloo), also where there is a GPU: one GPU cannot give each its own."""
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(SRC),
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
 
 
 def single(argv):

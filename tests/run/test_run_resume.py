@@ -1,6 +1,7 @@
 """A run killed at any point (SIGKILL, as `kill -9` or a pre-empted node) resumes to exactly what the
-uninterrupted run gives, bit for bit on the CPU, with random augmentation on; a finished stage or run is never
-trained again. Every run is a fresh process with one torch thread (tests/_run_worker.py)."""
+uninterrupted run gives, bit for bit (on CUDA with `--deterministic`), with random augmentation on; a
+finished stage or run is never trained again. Every run is a fresh process with one torch thread
+(tests/_run_worker.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from safetensors.torch import load_file
 
 WORKER = Path(__file__).parents[1] / "_run_worker.py"
 SRC = Path(__file__).parents[2] / "src"
-QUIET = ["--no-eval-before", "--no-eval-after", "--no-figures"]
+QUIET = ["--no-eval-before", "--no-eval-after", "--no-figures", "--deterministic"]
 # DiffCLIP-tiny with its random crops, a loader worker prefetching, checkpoints every 2 steps
 DIFFCLIP = [
     "train",

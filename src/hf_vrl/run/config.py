@@ -194,7 +194,13 @@ class RunConfig:
         "auto", "mixed precision: auto = bf16 on a GPU that has it, else none"
     )
     compile: Literal["auto", "on", "off"] = setting(
-        "auto", "torch.compile the trained model: auto = on CUDA", identity=False
+        "auto", "torch.compile the trained model: auto = on CUDA unless deterministic", identity=False
+    )
+    deterministic: bool = setting(
+        False,
+        "bit-identical runs and resumes on CUDA: deterministic kernels, no cuDNN autotuning, no automatic "
+        "compile (slower; the CPU is deterministic already)",
+        identity=False,
     )
 
     def validate(self) -> list[str]:

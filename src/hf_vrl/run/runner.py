@@ -126,7 +126,8 @@ class Run:
         return precision
 
     def compiled(self) -> bool:
-        return self.config.compile == "on" or (self.config.compile == "auto" and torch.cuda.is_available())
+        auto = torch.cuda.is_available() and not self.config.deterministic
+        return self.config.compile == "on" or (self.config.compile == "auto" and auto)
 
     def gradient_accumulation(self) -> int:
         optim = self.config.optim
@@ -181,6 +182,7 @@ class Run:
             fp16=precision == "fp16",
             tf32=True if cuda and torch.cuda.get_device_capability()[0] >= 8 else None,
             torch_compile=self.compiled(),
+            full_determinism=cfg.deterministic,
             seed=cfg.seed,
             logging_steps=output.logging_steps,
             save_strategy="steps",
@@ -320,7 +322,11 @@ def _train_summary(run: Run) -> dict[str, Any]:
 def execute(method_class: type[Method], config: RunConfig, resume: str | None = None) -> dict[str, Any]:
     """Run `config` with `method_class` (see the module docstring); returns the report."""
     rank, world_size, state = _process_state()
-    if torch.cuda.is_available():
+    if config.deterministic:  # before any CUDA work: cuBLAS reads its workspace setting once
+        from transformers import enable_full_determinism
+
+        enable_full_determinism(config.seed)
+    elif torch.cuda.is_available():
         torch.backends.cudnn.benchmark = True  # the fast CUDA settings (TF32 comes with TrainingArguments)
     out = RunDir(Path(config.output.output_dir or f"runs/{method_class.name}"))
     run = Run(config=config, dir=out, resume=resume, rank=rank, world_size=world_size)

@@ -2,13 +2,13 @@
 pairs).
 
 D-ability follows the paper (§5.1, App. E.4): k-means on the image embeddings z, scored with NMI / ACC / ARI.
-P-ability follows MMVP-VLM (App. E.3) exactly as the official evaluation does it: the enhanced image embedding
-against the *original* CLIP text tower (DCR never changes the text side: the official code merges its LoRA
-into the full CLIPModel, whose text adapters get no gradient); reported as `mmvp` where there is a text tower.
-Every encoder also gets the image-image pair score (`pairs`, `pair_discrimination`): for each MMVP pair (a, b),
-an augmented view of a must be closer to a than to b and likewise for b; a pair counts when both hold. It asks
-the same question as MMVP — is the one differing detail in the embedding? — with views instead of statements,
-so it also measures what a text tower cannot name (a CLIP never told about colour).
+P-ability follows MMVP-VLM (App. E.3) exactly as the official evaluation does it: the enhanced image
+embedding against the *original* CLIP text tower (DCR never changes the text side: the official code merges
+its LoRA into the full CLIPModel, whose text adapters get no gradient); reported as `mmvp` where there is a
+text tower. Every encoder also gets the image-image pair score (`pairs`, `pair_discrimination`): for each
+MMVP pair (a, b), an augmented view of a must be closer to a than to b and likewise for b; a pair counts
+when both hold. It asks the same question as MMVP (is the one differing detail in the embedding?) with views
+instead of statements, so it also measures what a text tower cannot name (a CLIP never told about colour).
 """
 
 from __future__ import annotations
