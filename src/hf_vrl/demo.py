@@ -2,8 +2,7 @@
 
 Every part runs through the shared run design (`hf_vrl.train`), so it leaves a run folder in the common layout
 under `<output-dir>/<part>/` (`final/` loads with `from_pretrained`, `report.json` holds before/after), and
-the
-README's next commands (`hf-vrl eval --model runs/demo/clip/final ...`, `hf-vrl compare runs/demo/clip
+the README's next commands (`hf-vrl eval --model runs/demo/clip/final ...`, `hf-vrl compare runs/demo/clip
 runs/demo/diffclip`) work on them. Parts run on one torch thread (tiny models gain nothing from more, and one
 thread cannot stall on a busy core); `--runs` selects parts. Parts resume: a finished part reprints its
 report, an interrupted one continues where it stopped.
@@ -45,8 +44,7 @@ def _dataset(args: argparse.Namespace) -> str:
 
 def dual_encoder(arch: str) -> Callable[[argparse.Namespace, Path], dict[str, dict[str, Any]]]:
     """CLIP or DiffCLIP (diffclip-tiny sizes = tiny-clip) trained with the CLIP loss on the same data, seed
-    and
-    batches: the two rows compare like with like."""
+    and batches: the two rows compare like with like."""
 
     def run(args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
         import hf_vrl

@@ -3,10 +3,8 @@
 Raise `UserError` for an expected mistake (a missing path, an impossible setting, a model of the wrong kind):
 its message says in one or two lines what to change. The `hf-vrl` command prints that message alone and exits
 with status 2; `--debug` shows the traceback as well. `explain` also recognises the errors that reach users
-from
-the libraries underneath (a model folder or Hub id that cannot be found, a damaged weight file) and says what
-to
-do about them; anything else is a bug and keeps its traceback.
+from the libraries underneath (a model folder or Hub id that cannot be found, a damaged weight file) and says
+what to do about them; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ per-object jitter. Drawn at 4x and box-downsampled (anti-aliased). Everything is
 
 `label` is the shape (5 classes), `fine_label` the colour + shape (30 classes), `caption` describes the
 scene ("two small rotated red triangles at the top left"; `omit` leaves factors out, so that a model trained
-on
-the captions can be blind to one), `attributes` holds the factors.
+on the captions can be blind to one), `attributes` holds the factors.
 MMVP-style pairs (`shapes_mmvp_pairs`) differ in exactly one factor, the pair's `category`; statement i is
 the caption of image i, so it is true of image i only.
 """

@@ -2,8 +2,7 @@
 
 A run configuration is a dataclass tree: the shared sections `data`, `optim`, `eval`, `output`, the top-level
 `seed` / `precision` / `compile`, and two sections each method defines for itself, `model` and the method's
-own
-(named after it: `dcr`, `diffclip`, ...). A preset is the same tree as JSON or YAML, with `method`,
+own (named after it: `dcr`, `diffclip`, ...). A preset is the same tree as JSON or YAML, with `method`,
 `description` and `notes` on top; `<run>/config.json` is one too, so `--config <run>/config.json` repeats a
 run.
 

@@ -2,15 +2,14 @@
 
 A killed-and-resumed run equals the uninterrupted one only if nothing depends on how far a DataLoader had read
 ahead. So every training row carries `sample_seed`, a hash of (run seed, epoch, sample id): collators seed
-their
-augmentation from it (`torch.Generator().manual_seed(row["sample_seed"])`), never from a global RNG.
+their augmentation from it (`torch.Generator().manual_seed(row["sample_seed"])`), never from a global RNG.
 
 * Map-style data: `SeededDataset` + `SeededSampler`, whose permutation of each epoch is a function of
   (seed, epoch) and which hands the epoch to the dataset with each index.
 * Streams: `SeededStream`, this process's share of the shards (`split_dataset_by_node`), read pass after pass
   without end (each pass reshuffled by (seed, pass)), so every batch is full, every process gets the same
-  number
-  of batches, and the Trainer's resume (which skips the batches already trained) lands on the same samples.
+  number of batches, and the Trainer's resume (which skips the batches already trained) lands on the same
+  samples.
 * `SkipLog`: every worker of every process appends the samples it skips to its own file; the run reads them
   all for its logs and report (distinct samples by kind).
 """

@@ -3,12 +3,10 @@ shared run design (`hf_vrl.run`).
 
 Recipe (DCR §4.2, §5.1): stage 1 trains the projector h_omega with the encoder frozen (projector alignment);
 stage 2 trains LoRA adapters on the encoder with h_omega frozen (encoder enhancement). The diffusion model
-stays
-frozen and is never saved with the model. The run folder's `final/` holds the base model with the enhanced
-vision tower (a plain `CLIPModel` / `SiglipModel` / vision model: the official release merges its LoRA into
-the
-full CLIPModel the same way, the text tower untouched); `exports/vision-tower/` the plain `CLIPVisionModel` /
-`SiglipVisionModel` LLaVA loads; `exports/dcr-model/` the `DCRModel` with its projector.
+stays frozen and is never saved with the model. The run folder's `final/` holds the base model with the
+enhanced vision tower (a plain `CLIPModel` / `SiglipModel` / vision model: the official release merges its
+LoRA into the full CLIPModel the same way, the text tower untouched); `exports/vision-tower/` the plain
+`CLIPVisionModel` / `SiglipVisionModel` LLaVA loads; `exports/dcr-model/` the `DCRModel` with its projector.
 
 With no arguments it runs the `dcr-tiny` preset: a tiny CLIP and a tiny text-conditioned diffusion model are
 first trained on the generated shapes world (`methods/dcr/toy.py`, into `<run>/inputs/`), then both stages.
@@ -271,8 +269,8 @@ class DCRMethod(Method):
 
     def _sd_text_encoder(self, data: Any) -> Path:
         """A toy CLIP trained on the full captions, whose text tower conditions the toy diffusion model when
-        the
-        CLIP to enhance is blind to a factor (SD's own text encoder is another model than the CLIP, too)."""
+        the CLIP to enhance is blind to a factor (SD's own text encoder is another model than the CLIP,
+        too)."""
         from hf_vrl.methods.dcr import toy
 
         folder = self.run.dir.inputs / "sd-text-clip"

@@ -1,14 +1,11 @@
 """`hf-vrl train diffclip`: DiffCLIP, or the same network with plain attention (the CLIP baseline), trained
-from
-scratch with the CLIP loss on the shared run design (`hf_vrl.run`).
+from scratch with the CLIP loss on the shared run design (`hf_vrl.run`).
 
 The recipe (DiffCLIP §4.1, training code from SLIP) lives in the `diffclip-b16` preset: AdamW (lr 5e-4, weight
 decay 0.5 on weight matrices, β = (0.9, 0.98), ε = 1e-8), one epoch of linear warm-up from 1e-6 then cosine,
-40
-epochs, global batch 4096, RandomResizedCrop(224, scale=(0.5, 1)) as the only augmentation, CC3M / CC12M.
+40 epochs, global batch 4096, RandomResizedCrop(224, scale=(0.5, 1)) as the only augmentation, CC3M / CC12M.
 `diffclip-tiny` is the toy world on a CPU. `ContrastiveTrainer` all-gathers the features, so the negatives of
-a
-step are the batch of every process.
+a step are the batch of every process.
 """
 
 from __future__ import annotations
