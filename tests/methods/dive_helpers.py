@@ -4,6 +4,7 @@ and the two-process gloo workers (started with torch.multiprocessing.spawn by th
 from __future__ import annotations
 
 import gc
+import math
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from hf_vrl.methods.dive.sigmoid_loss import sigmoid_contrastive_loss
 from hf_vrl.methods.dive.trainer import DiVETrainer
 
 VOCAB, EOS, SEQ_LEN, IMAGE_SIZE = 100, 1, 6, 16
+TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
 WORLD_SIZE = 2
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the key biases: softmax ignores
 # a shift of all keys) into +-lr updates; comparisons of weights across process layouts use plain SGD.
@@ -29,6 +31,38 @@ GLOBAL_BATCH, DIM, STEPS = 6, 5, 3
 def model(seed: int = 0):
     """A 2-layer, 32-wide CLIPModel on 16-px images (the same weights for a given seed)."""
     return tiny_clip(image_size=IMAGE_SIZE, vocab_size=VOCAB, seed=seed)
+
+
+def tiny_siglip():
+    """A 1-layer SiglipModel with pre-trained-like t ~ 117 (above CLIP's clamp of 100) and b ~ -13."""
+    from transformers import SiglipConfig, SiglipModel
+
+    text = dict(
+        vocab_size=VOCAB, max_position_embeddings=SEQ_LEN, bos_token_id=0, eos_token_id=EOS, pad_token_id=EOS
+    )
+    config = SiglipConfig(
+        text_config=text | TOWER, vision_config=TOWER | dict(image_size=IMAGE_SIZE, patch_size=8)
+    )
+    torch.manual_seed(0)
+    siglip = SiglipModel(config)
+    with torch.no_grad():
+        siglip.logit_scale.fill_(math.log(117.0))
+        siglip.logit_bias.fill_(-13.0)
+    return siglip
+
+
+def tiny_diffclip():
+    """A 1-layer DiffCLIP (differential attention in both towers)."""
+    from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
+
+    text = dict(vocab_size=VOCAB, max_position_embeddings=SEQ_LEN, eos_token_id=EOS, pad_token_id=0)
+    vision = dict(image_size=IMAGE_SIZE, patch_size=8)
+    heads = dict(num_attention_heads=4)
+    config = DiffCLIPConfig(
+        projection_dim=16, text_config=TOWER | heads | text, vision_config=TOWER | heads | vision
+    )
+    torch.manual_seed(0)
+    return DiffCLIPModel(config)
 
 
 def rows(n: int, seed: int) -> list[dict[str, torch.Tensor]]:

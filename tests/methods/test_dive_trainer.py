@@ -8,9 +8,9 @@ import math
 
 import pytest
 import torch
-from dive_helpers import IMAGE_SIZE, SEQ_LEN, SGD, VOCAB, collate, model, rows, trainer
+from dive_helpers import SGD, collate, model, rows, tiny_diffclip, tiny_siglip, trainer
 from safetensors.torch import load_file
-from transformers import SiglipConfig, SiglipModel, TrainingArguments
+from transformers import TrainingArguments
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.dive.settings import OBJECTIVES, DiVESettings
@@ -204,21 +204,6 @@ def test_reference_stream_trains_and_resumes(tmp_path):
 # -- other dual encoders -----------------------------------------------------------------------------------
 
 
-def tiny_siglip() -> SiglipModel:
-    config = SiglipConfig(
-        text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=SEQ_LEN),
-        vision_config=dict(image_size=IMAGE_SIZE, patch_size=8, hidden_size=32, intermediate_size=64,
-                           num_hidden_layers=1, num_attention_heads=2),
-    )  # fmt: skip
-    torch.manual_seed(0)
-    siglip = SiglipModel(config)
-    with torch.no_grad():  # pre-trained SigLIPs sit far above CLIP's clamp of 100 (t ~ 117, b ~ -13)
-        siglip.logit_scale.fill_(math.log(117.0))
-        siglip.logit_bias.fill_(-13.0)
-    return siglip
-
-
 def test_siglip_trains_with_its_sigmoid_loss_unclamped(tmp_path):
     run = trainer(tmp_path, settings(), steps=2, learning_rate=1e-4, dual_encoder=tiny_siglip())
     assert run.loss_fn == run._sigmoid_loss and run.max_logit_scale == math.inf
@@ -234,17 +219,6 @@ def test_siglip_trains_with_its_sigmoid_loss_unclamped(tmp_path):
 
 
 def test_diffclip_trains(tmp_path):
-    from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
-
-    config = DiffCLIPConfig(
-        projection_dim=16,
-        text_config=dict(vocab_size=VOCAB, max_position_embeddings=SEQ_LEN, hidden_size=32,
-                         intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, eos_token_id=1,
-                         pad_token_id=0),
-        vision_config=dict(image_size=IMAGE_SIZE, patch_size=8, hidden_size=32, intermediate_size=64,
-                           num_hidden_layers=1, num_attention_heads=4),
-    )  # fmt: skip
-    torch.manual_seed(0)
-    run = trainer(tmp_path, settings(), steps=3, dual_encoder=DiffCLIPModel(config))
+    run = trainer(tmp_path, settings(), steps=3, dual_encoder=tiny_diffclip())
     run.train()
     assert logged(run, "avl")[0] == 0.0 and logged(run, "avl")[2] > 0

@@ -9,5 +9,9 @@ data.py          FLYP captions from class templates, the reference batches (Refe
 frozen.py        the frozen pre-trained model: forward without gradient or a cache of its embeddings
 trainer.py       DiVETrainer (ContrastiveTrainer subclass): every objective, m and the reference position
                  in the training state
+ensemble.py      WiSE-FT weight interpolation with the coefficient chosen on validation data
+evaluate.py      ID / OOD / zero-shot / RSA as the paper reports them (through evaluate_clip)
+export.py        the result as a plain CLIPModel and CLIPVisionModel
+shifts.py        style shifts (inverted, blurred, re-coloured) that make OOD test sets of the embedded data
 The objectives are public in hf_vrl.losses.
 """

@@ -33,6 +33,7 @@ __all__ = [
     "ReferenceLoader",
     "class_captions",
     "load_reference_dataset",
+    "select_classes",
 ]
 
 REFERENCE_INDEX = "reference_index"  # a reference sample's position in this process's shard (the cache key)
@@ -223,3 +224,16 @@ def load_reference_dataset(settings: Any, *, seed: int = 0, image_size: int | No
         seed=seed,
         image_size=image_size,
     )
+
+
+def select_classes(dataset: Any, classes: Sequence[int]) -> Any:
+    """The rows of a labelled map-style dataset whose label is in `classes`, relabelled 0..len(classes)-1 with
+    a ClassLabel of those classes' names (a fine-tuning target, or a zero-shot set, over a class subset)."""
+    from datasets import ClassLabel
+
+    names = dataset.features[LABEL].names
+    new_label = {int(old): new for new, old in enumerate(classes)}
+    subset = dataset.filter(lambda label: label in new_label, input_columns=LABEL)
+    features = subset.features.copy()
+    features[LABEL] = ClassLabel(names=[names[int(c)] for c in classes])
+    return subset.map(lambda label: {LABEL: new_label[label]}, input_columns=LABEL, features=features)
