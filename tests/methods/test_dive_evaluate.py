@@ -173,3 +173,41 @@ def test_vision_tower_of_siglip_and_diffclip():
     assert isinstance(vision_tower(tiny_diffclip()), DiffCLIPVisionModel)
     with pytest.raises(TypeError, match="cannot export"):
         vision_tower(torch.nn.Linear(2, 2))
+
+
+# -- model glue --------------------------------------------------------------------------------------------
+
+
+def test_load_dual_encoder_from_a_config_preset_and_a_half_precision_checkpoint(tmp_path):
+    from hf_vrl.methods.dive.model import load_dual_encoder
+
+    clip, image_processor, tokenizer = load_dual_encoder("tiny-clip")  # config + processors, no weights
+    assert type(clip) is CLIPModel and clip.dtype == torch.float32 and tokenizer is not None
+    export_model(clip.to(torch.float16), tmp_path / "half", image_processor, tokenizer)
+    reloaded, _, _ = load_dual_encoder(str(tmp_path / "half"))
+    assert reloaded.dtype == torch.float32
+    for a, b in zip(reloaded.parameters(), clip.parameters()):
+        assert torch.equal(a, b.float())  # upcasting is exact
+
+
+def test_load_dual_encoder_refuses_a_vision_tower(tmp_path, toy_world):
+    from hf_vrl.errors import UserError
+    from hf_vrl.methods.dive.model import load_dual_encoder
+
+    clip, image_processor, _, _ = toy_world
+    export_vision_tower(clip, tmp_path / "vision", image_processor)
+    with pytest.raises(UserError, match="both towers"):
+        load_dual_encoder(str(tmp_path / "vision"))
+
+
+def test_evaluation_and_reference_sets_load_from_the_settings():
+    from hf_vrl.methods.dive.data import load_reference_dataset
+    from hf_vrl.methods.dive.evaluate import load_evaluation_sets
+    from hf_vrl.methods.dive.settings import DiVESettings
+
+    sets = dict(ood_datasets=["digits"], zero_shot_datasets=["shapes"], rsa_dataset="shapes", rsa_limit=5)
+    settings = DiVESettings(reference_dataset="shapes", reference_limit=12, **sets)
+    assert len(load_reference_dataset(settings, image_size=8)) == 12
+    sets = load_evaluation_sets(settings, limit=7, image_size=8)
+    assert len(sets["ood_datasets"]["digits"]) == 7 and len(sets["transfer_datasets"]["shapes"]) == 7
+    assert len(sets["rsa_dataset"]) == 5

@@ -23,7 +23,7 @@ from torch import nn
 from hf_vrl.devices import module_device
 from hf_vrl.evaluation import evaluate_clip
 
-__all__ = ["evaluate_dive", "flatten_report", "id_accuracy"]
+__all__ = ["evaluate_dive", "flatten_report", "id_accuracy", "load_evaluation_sets"]
 
 
 def flatten_report(report: Mapping[str, Any], tasks: Sequence[str]) -> dict[str, float]:
@@ -123,3 +123,27 @@ def _summary(report: Mapping[str, Any]) -> dict[str, float | None]:
     }
     summary.update(report.get("rsa", {}))
     return summary
+
+
+def load_evaluation_sets(
+    settings: Any,
+    *,
+    split: str = "test",
+    limit: int | None = None,
+    image_size: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The OOD, transfer and RSA sets a `DiVESettings` names, from the data registry (map-style; streams are
+    read up to `limit` samples, `settings.rsa_limit` for the RSA set), as keyword arguments of
+    `evaluate_dive`."""
+    from hf_vrl.evaluation import load_eval_dataset
+
+    def load(name: str, n: int | None) -> Any:
+        return load_eval_dataset(name, split=split, limit=n, image_size=image_size, seed=seed)
+
+    rsa = settings.rsa_dataset
+    return {
+        "ood_datasets": {name: load(name, limit) for name in settings.ood_datasets},
+        "transfer_datasets": {name: load(name, limit) for name in settings.zero_shot_datasets},
+        "rsa_dataset": None if rsa is None else load(rsa, settings.rsa_limit),
+    }
