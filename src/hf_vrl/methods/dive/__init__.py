@@ -13,5 +13,7 @@ ensemble.py      WiSE-FT weight interpolation with the coefficient chosen on val
 evaluate.py      ID / OOD / zero-shot / RSA as the paper reports them (through evaluate_clip)
 export.py        the result as a plain CLIPModel and CLIPVisionModel
 shifts.py        style shifts (inverted, blurred, re-coloured) that make OOD test sets of the embedded data
+model.py         load the dual encoder to fine-tune (Hub id, checkpoint, config-only preset) in float32
+miniature.py     the paper's claim in miniature on the embedded data (demo run, several-seed table)
 The objectives are public in hf_vrl.losses.
 """
