@@ -8,10 +8,13 @@ Variants (each one full DiVETrainer step: forward, backward, AdamW step; the sam
   dive_bf16_frozen    separate backward, frozen model in bfloat16 (not exact: see the precision check)
   dive_cache_quarter  cache, separate backward, B' = B/4
 Each variant runs in its own process (peak memory is per process), one after the other, for `--rounds`
-rounds; the ratios use each variant's fastest step over all rounds (the least disturbed by other load) and
-its largest peak. Memory: on CUDA the peak allocated (weights, optimizer, frozen copy, activations, cache);
-on the CPU the peak resident memory above the process's size before the model was built (large allocations
-forced to mmap, MALLOC_MMAP_THRESHOLD_=65536, so freed activations leave the resident set).
+rounds; the ratios use each variant's fastest step over all rounds and its largest peak. Time: on CUDA the
+wall clock of a step (synchronised); on the CPU the process's user CPU time of a step (one thread), which a
+machine shared with other jobs disturbs far less than the wall clock (system time is left out: the mmap
+setting below makes every large allocation a system call, which the memory measurement needs).
+Memory: on CUDA the peak allocated (weights, optimizer, frozen copy, activations, cache); on the CPU the
+peak resident memory above the process's size before the model was built (large allocations forced to mmap,
+MALLOC_MMAP_THRESHOLD_=65536, so freed activations leave the resident set).
 The precision check compares the frozen model's embeddings in bfloat16 / float16 with float32 ones (mean norm
 of the difference of L2-normalised embeddings), the error a reduced-precision frozen model puts into every
 difference vector u = f_ft - f_pre.
@@ -30,6 +33,7 @@ import math
 import os
 import platform
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -95,6 +99,14 @@ def _status(key: str) -> int:
     return int(re.search(rf"{key}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
 
 
+def _clock(device: str) -> float:
+    """Wall clock after a CUDA synchronisation; user CPU time of this process on the CPU."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        return time.perf_counter()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_utime
+
+
 def worker(args: argparse.Namespace) -> dict:
     """One variant in this process: warm-up steps (filling the cache), then timed steps and peak memory."""
     from transformers import TrainingArguments
@@ -134,16 +146,12 @@ def worker(args: argparse.Namespace) -> dict:
     seconds = []
     for step in range(warmup + args.steps):
         batch = stack(target[step * args.batch_size : (step + 1) * args.batch_size])
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = _clock(device)
         trainer.training_step(trainer.model, batch)
         trainer.optimizer.step()
         trainer.optimizer.zero_grad(set_to_none=True)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
         if step >= warmup:
-            seconds.append(time.perf_counter() - start)
+            seconds.append(_clock(device) - start)
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else _status("VmHWM") - base
     cached = trainer.frozen.cached if trainer.frozen is not None else 0
     return {
@@ -231,6 +239,7 @@ def run(args: argparse.Namespace) -> dict:
             "rounds": args.rounds,
             "threads": args.threads,
             "device": device,
+            "time": "wall clock per step" if args.device.startswith("cuda") else "user CPU time per step",
             "memory": "peak CUDA allocated"
             if args.device.startswith("cuda")
             else "peak RSS above the pre-model size",
