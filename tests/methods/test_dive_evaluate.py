@@ -10,7 +10,7 @@ from PIL import Image
 from transformers import AutoConfig, CLIPModel, CLIPVisionModel
 
 from hf_vrl.data.toy import shapes_dataset
-from hf_vrl.demo import tiny_processors
+from hf_vrl.methods.diffclip.build import load_processors
 from hf_vrl.evaluation import evaluate_clip
 from hf_vrl.methods.dive.data import select_classes
 from hf_vrl.methods.dive.ensemble import choose_wise_ft, interpolate_weights
@@ -70,7 +70,7 @@ def test_interpolation_needs_the_same_architecture():
 @pytest.fixture(scope="module")
 def toy_world():
     """The tiny-clip config (random weights) with its processors, and 24 shapes-world images."""
-    image_processor, tokenizer = tiny_processors()
+    image_processor, tokenizer = load_processors("tiny-clip", "tiny-clip")
     torch.manual_seed(0)
     clip = CLIPModel(AutoConfig.from_pretrained(preset_path("tiny-clip"))).eval()
     return clip, image_processor, tokenizer, shapes_dataset(24, seed=3, image_size=32)

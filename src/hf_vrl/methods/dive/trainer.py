@@ -33,7 +33,7 @@ from hf_vrl.methods.dive.frozen import FrozenReference, embed_pair
 from hf_vrl.methods.dive.loss import dive_losses, snd_loss
 from hf_vrl.methods.dive.settings import DiVESettings
 from hf_vrl.methods.dive.sigmoid_loss import sigmoid_contrastive_loss
-from hf_vrl.trainer import ContrastiveTrainer
+from hf_vrl.trainer import ContrastiveTrainer, LogitScaleCap
 
 __all__ = ["DiVETrainer"]
 
@@ -63,8 +63,9 @@ class DiVETrainer(ContrastiveTrainer):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.settings = settings
-        if hasattr(self.model, "logit_bias"):  # SigLIP: its own objective, and no CLIP clamp on its scale
+        if hasattr(self.model, "logit_bias"):  # SigLIP: its own objective, and no CLIP cap on its scale
             self.loss_fn, self.max_logit_scale = self._sigmoid_loss, math.inf
+            self.remove_callback(LogitScaleCap)
         self.avg_vector: Tensor | None = None
         self.frozen: FrozenReference | None = None
         self._reference: ReferenceLoader | None = None
@@ -154,7 +155,7 @@ class DiVETrainer(ContrastiveTrainer):
         image, text = embed_pair(model, batch)
         world = {"rank": self.args.process_index, "world_size": self.args.world_size}
         if settings.objective == "flyp_replay":
-            scale = self.accelerator.unwrap_model(model).logit_scale.exp().clamp(max=self.max_logit_scale)
+            scale = self.accelerator.unwrap_model(model).logit_scale.exp()  # capped by LogitScaleCap
             replay = self.loss_fn(image, text, scale, **world)
             self.store_metrics({"replay": replay})
             return settings.lambda_replay * replay
