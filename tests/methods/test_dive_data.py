@@ -154,7 +154,6 @@ def test_paper_defaults():
         ({"alpha": 1.5}, "alpha"),
         ({"lambda_dive": -1.0}, "lambda_dive"),
         ({"lambda_snd": float("nan")}, "lambda_snd"),
-        ({"reference_dataset": None}, "reference_dataset"),
         ({"reference_batch_size": 0}, "reference_batch_size"),
         ({"templates": ["a photo"]}, "'{}'"),
         ({"templates": []}, "templates is empty"),
@@ -167,6 +166,12 @@ def test_paper_defaults():
 def test_settings_name_what_to_change(kwargs, message):
     with pytest.raises(UserError, match=message):
         DiVESettings(**({"reference_dataset": "shapes"} | kwargs))
+
+
+def test_an_objective_without_its_reference_set_is_a_run_problem():
+    assert DiVESettings(objective="flyp").reference_problems() == []
+    (problem,) = DiVESettings(objective="snd").reference_problems()
+    assert problem.startswith("dive.reference_dataset") and "objective flyp" in problem
 
 
 def test_every_field_has_help():

@@ -214,16 +214,27 @@ class ReferenceLoader:
 
 
 def load_reference_dataset(settings: Any, *, seed: int = 0, image_size: int | None = None) -> Any:
-    """The reference set named by `settings.reference_dataset` (a `DiVESettings`), from the data registry."""
+    """The reference set named by `settings.reference_dataset` (a `DiVESettings`), from the data registry;
+    several names are concatenated (image and caption columns), each read up to `reference_limit`."""
+    from datasets import concatenate_datasets
+
     from hf_vrl.data.registry import load_dataset_by_name
 
-    return load_dataset_by_name(
-        settings.reference_dataset,
-        split=settings.reference_split,
-        limit=settings.reference_limit,
-        seed=seed,
-        image_size=image_size,
-    )
+    names = settings.reference_dataset
+    names = [names] if isinstance(names, str) else list(names)
+    parts = [
+        load_dataset_by_name(
+            name,
+            split=settings.reference_split,
+            limit=settings.reference_limit,
+            seed=seed,
+            image_size=image_size,
+        )
+        for name in names
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return concatenate_datasets([part.select_columns(["image", CAPTION]) for part in parts])
 
 
 def select_classes(dataset: Any, classes: Sequence[int]) -> Any:

@@ -2,17 +2,27 @@
 
 The shared run fields (dataset, batch_size, learning_rate, ...) belong to the run layer; this dataclass holds
 only what is DiVE's own: which objective (DiVE or one of its baselines), its weights, the reference set, the
-caption templates of the target classes, how the frozen pre-trained embeddings are obtained, WiSE-FT and the
-paper's evaluation sets.
+target classes and caption templates, how the frozen pre-trained embeddings are obtained, WiSE-FT and the
+paper's evaluation sets. Each field's `check` (and its Literal type) is validated on construction, so a
+`DiVESettings` built by hand and the `dive` section of a run configuration fail the same way (UserError).
+Whether the objective has its reference set is the run's rule (`reference_problems`): the trainer takes the
+set itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-from dataclasses import dataclass, field
-from typing import Any
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from hf_vrl.errors import UserError
+from hf_vrl.methods.dive.shifts import SHIFTS
+from hf_vrl.run.config import at_least, setting
+
+__all__ = ["DiVESettings", "OBJECTIVES", "WISE_FT_GRID"]
 
 # objective -> (uses the reference batch, the DiVE terms it adds). "dive_*" rows are Table 5 and Table 7.
 OBJECTIVES: dict[str, tuple[bool, tuple[str, ...]]] = {
@@ -24,130 +34,171 @@ OBJECTIVES: dict[str, tuple[bool, tuple[str, ...]]] = {
     "flyp_replay": (True, ()),
     "snd": (True, ()),
 }
-FROZEN_EMBEDDINGS = ("forward", "cache")
-FROZEN_DTYPES = ("float32", "bfloat16", "float16")
+Objective = Literal["dive", "dive_avl", "dive_pvl", "dive_cosine", "flyp", "flyp_replay", "snd"]
 WISE_FT_GRID = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
 
-def _help(text: str, default: Any = None, **kwargs: Any) -> Any:
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": text}, **kwargs)
-    return field(default=default, metadata={"help": text}, **kwargs)
+def _weight(value: float) -> str | None:
+    return None if math.isfinite(value) and value >= 0 else f"must be a finite number >= 0, got {value!r}"
+
+
+def _unit(value: float) -> str | None:
+    return None if 0.0 <= value <= 1.0 else f"must lie in [0, 1], got {value!r}"
+
+
+def _templates(value: list[str] | None) -> str | None:
+    if value is None:
+        return None
+    if not value:
+        return "templates is empty: give at least one caption template, or leave it unset"
+    bad = [t for t in value if not isinstance(t, str) or t.count("{}") != 1]
+    return (
+        f"each caption template needs exactly one '{{}}' for the class name; got {bad[:3]}" if bad else None
+    )
+
+
+def _alphas(value: list[float]) -> str | None:
+    if value and all(0.0 <= a <= 1.0 for a in value):
+        return None
+    return f"must be a non-empty list in [0, 1]; got {value!r}"
+
+
+def _shifts(value: list[str]) -> str | None:
+    bad = [v for v in value if v not in SHIFTS]
+    return f"unknown shift(s) {bad}; choose from {', '.join(SHIFTS)}" if bad else None
 
 
 @dataclass
 class DiVESettings:
     """DiVE's hyperparameters (Suzuki et al., AAAI 2026, §4-5 and App. A-E)."""
 
-    objective: str = _help(
+    objective: Objective = setting(
+        "dive",
         "dive (Eq. 9: FLYP + AVL + PVL), dive_avl / dive_pvl (Table 5 ablations), dive_cosine (Table 7: "
         "cosine constraint), flyp (contrastive loss only), flyp_replay (App. E: FLYP + contrastive loss on "
         "the reference set, the ARF proxy), snd (App. B: FLYP + image feature distillation)",
-        "dive",
     )
-    lambda_dive: float = _help("lambda of Eq. 9, the weight of AVL + PVL (paper: 1000)", 1000.0)
-    alpha: float = _help("EMA coefficient of the average vector m, Eq. 6 (paper: 0.99)", 0.99)
-    lambda_snd: float = _help("lambda_snd of Eq. 13 (paper: 1, after Yu et al. 2024)", 1.0)
-    lambda_replay: float = _help("lambda_aux of Eq. 15 (paper: 1, after Han et al. 2024)", 1.0)
-    reference_dataset: str | None = _help(
-        "reference image-caption set, a hf_vrl.data registry name or path (paper: CC3M, e.g. "
-        "webdataset:/data/cc3m/{00000..00331}.tar; COCO or Flickr captions work too). Needed by every "
-        "objective but flyp"
+    lambda_dive: float = setting(
+        1000.0, "lambda of Eq. 9, the weight of AVL + PVL (paper: 1000)", check=_weight
     )
-    reference_split: str = _help("split of the reference set", "train")
-    reference_limit: int | None = _help("use at most this many reference samples (default: all)")
-    reference_batch_size: int | None = _help(
+    alpha: float = setting(0.99, "EMA coefficient of the average vector m, Eq. 6 (paper: 0.99)", check=_unit)
+    lambda_snd: float = setting(1.0, "lambda_snd of Eq. 13 (paper: 1, after Yu et al. 2024)", check=_weight)
+    lambda_replay: float = setting(
+        1.0, "lambda_aux of Eq. 15 (paper: 1, after Han et al. 2024)", check=_weight
+    )
+    reference_dataset: str | list[str] | None = setting(
+        None,
+        "reference image-caption set: a hf_vrl.data registry name or path, or a list of them (concatenated) "
+        "(paper: CC3M, e.g. webdataset:/data/cc3m/{00000..00331}.tar; COCO or Flickr captions work too). "
+        "Needed by every objective but flyp",
+    )
+    reference_split: str = setting("train", "split of the reference set")
+    reference_limit: int | None = setting(
+        None, "use at most this many reference samples per set (default: all)", check=at_least(1)
+    )
+    reference_batch_size: int | None = setting(
+        None,
         "B', reference pairs per device and micro-batch (default: the target batch size, B' = B as in the "
-        "paper; B' = B/4 brings the step time within 1.25x of FLYP's)"
+        "paper; B' = B/4 brings the step time within 1.25x of FLYP's)",
+        check=at_least(1),
     )
-    templates: list[str] | None = _help(
+    classes: list[int] | None = setting(
+        None, "fine-tune on these classes of the training (and ID test) set only, relabelled in this order"
+    )
+    held_out_classes: list[int] | None = setting(
+        None, "classes of the ID data set kept out of fine-tuning, evaluated zero-shot as a transfer set"
+    )
+    val_size: int = setting(
+        0,
+        "training rows held out (seeded) as the ID validation set WiSE-FT picks its coefficient on",
+        check=at_least(0),
+    )
+    templates: list[str] | None = setting(
+        None,
         "caption templates turning target class names into captions ('{}' = the class name); default: "
-        "hf_vrl.data.prompts' caption templates (the paper: OpenAI's 80 ImageNet templates)"
+        "hf_vrl.data.prompts' caption templates (the paper: OpenAI's 80 ImageNet templates)",
+        check=_templates,
     )
-    frozen_embeddings: str = _help(
+    frozen_embeddings: Literal["forward", "cache"] = setting(
+        "forward",
         "how the frozen model's reference embeddings are obtained: forward (every step, no gradient) or "
         "cache (computed the first time each reference sample is drawn, then reused; exact because the "
         "reference preprocessing is deterministic; needs a map-style reference set)",
-        "forward",
     )
-    frozen_dtype: str | None = _help(
+    frozen_dtype: Literal["float32", "bfloat16", "float16"] | None = setting(
+        None,
         "dtype of the frozen pre-trained model: float32, bfloat16 or float16 (default: the trained model's). "
         "Reduced precision halves its memory but is not exact: its rounding is of the order of the "
-        "difference vectors themselves"
+        "difference vectors themselves",
     )
-    separate_backward: bool = _help(
+    separate_backward: bool = setting(
+        True,
         "back-propagate the reference terms before the target batch's forward: the same gradient, with the "
         "peak memory of the larger of the two batches instead of both",
-        True,
     )
-    wise_ft: bool = _help(
-        "also write the WiSE-FT ensemble (App. A): weights (1 - a) * pre-trained + a * fine-tuned, with a "
-        "chosen on the ID validation set",
+    wise_ft: bool = setting(
         False,
+        "also write the WiSE-FT ensemble (App. A): weights (1 - a) * pre-trained + a * fine-tuned, with a "
+        "chosen on the ID validation set (val_size)",
     )
-    wise_ft_alphas: list[float] = _help(
-        "the WiSE-FT coefficients a tried (paper: 0.1, ..., 0.9)", WISE_FT_GRID
+    wise_ft_alphas: list[float] = setting(
+        help="the WiSE-FT coefficients a tried (paper: 0.1, ..., 0.9)",
+        check=_alphas,
+        default_factory=lambda: list(WISE_FT_GRID),
     )
-    ood_datasets: list[str] = _help(
-        "OOD test sets of the target classes (registry names or paths; paper: ImageNet-V2/-R/-A/-Sketch, "
-        "ObjectNet)",
-        [],
+    ood_datasets: list[str] = setting(
+        help="OOD test sets of the target classes (registry names or paths; paper: ImageNet-V2/-R/-A/"
+        "-Sketch, ObjectNet)",
+        default_factory=list,
+        identity=False,
     )
-    zero_shot_datasets: list[str] = _help(
-        "other classification sets for zero-shot accuracy (paper: Caltech, Flowers, Food, SUN, DTD, "
+    ood_shifts: list[str] = setting(
+        help="style shifts of the ID test set evaluated as OOD sets: inverted, blurred, recoloured",
+        check=_shifts,
+        default_factory=list,
+        identity=False,
+    )
+    zero_shot_datasets: list[str] = setting(
+        help="other classification sets for zero-shot accuracy (paper: Caltech, Flowers, Food, SUN, DTD, "
         "Aircraft, Cars, Pets, EuroSAT, UCF)",
-        [],
+        default_factory=list,
+        identity=False,
     )
-    rsa_dataset: str | None = _help("held-out image-caption set for the RSA score (paper: Flickr8K)")
-    rsa_limit: int = _help("image-caption pairs of the RSA set used (RSA is quadratic in this)", 1000)
+    transfer_templates: Literal["dataset", "target"] = setting(
+        "dataset",
+        "prompts of the zero-shot transfer sets: dataset (each set's own ensemble, as the paper) or target "
+        "(the target's caption templates)",
+        identity=False,
+    )
+    rsa_dataset: str | None = setting(
+        None, "held-out image-caption set for the RSA score (paper: Flickr8K)", identity=False
+    )
+    rsa_limit: int = setting(
+        1000,
+        "image-caption pairs of the RSA set used (RSA is quadratic in this)",
+        check=at_least(3),
+        identity=False,
+    )
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}; got {self.objective!r}.")
-        for name in ("lambda_dive", "lambda_snd", "lambda_replay"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise UserError(f"{name} must be a finite number >= 0; got {value!r}.")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise UserError(f"alpha (Eq. 6) must lie in [0, 1]; got {self.alpha!r} (paper: 0.99).")
-        if self.uses_reference and not self.reference_dataset:
-            raise UserError(
-                f"objective {self.objective!r} needs a reference image-caption set: set reference_dataset "
-                "(the paper uses CC3M shards: webdataset:/path/cc3m/{00000..00331}.tar) or use objective "
-                "flyp."
-            )
-        for name in ("reference_limit", "reference_batch_size"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UserError(f"{name} must be >= 1 (or unset); got {value!r}.")
-        if self.rsa_limit < 3:
-            raise UserError(f"rsa_limit must be >= 3 (RSA needs pairwise distances); got {self.rsa_limit}.")
-        self._check_templates()
-        if self.frozen_embeddings not in FROZEN_EMBEDDINGS:
-            raise UserError(
-                f"frozen_embeddings must be one of {', '.join(FROZEN_EMBEDDINGS)}; "
-                f"got {self.frozen_embeddings!r}."
-            )
-        if self.frozen_dtype is not None and self.frozen_dtype not in FROZEN_DTYPES:
-            raise UserError(
-                f"frozen_dtype must be one of {', '.join(FROZEN_DTYPES)} (or unset); "
-                f"got {self.frozen_dtype!r}."
-            )
-        if not self.wise_ft_alphas or any(not 0.0 <= a <= 1.0 for a in self.wise_ft_alphas):
-            raise UserError(
-                f"wise_ft_alphas must be a non-empty list in [0, 1]; got {self.wise_ft_alphas!r}."
-            )
+        if isinstance(self.reference_dataset, str) and self.reference_dataset.startswith("["):
+            try:  # a list from the command line
+                self.reference_dataset = json.loads(self.reference_dataset)
+            except ValueError:
+                raise UserError(f"reference_dataset {self.reference_dataset!r} is not a JSON list") from None
+        problems = field_problems(self)
+        if problems:
+            raise UserError("DiVE settings: " + "; ".join(problems))
 
-    def _check_templates(self) -> None:
-        if self.templates is None:
-            return
-        if not self.templates:
-            raise UserError("templates is empty: give at least one caption template, or leave it unset.")
-        bad = [t for t in self.templates if not isinstance(t, str) or t.count("{}") != 1]
-        if bad:
-            raise UserError(
-                f"each caption template needs exactly one '{{}}' for the class name; got {bad[:3]}."
-            )
+    def reference_problems(self) -> list[str]:
+        """The run's rule: an objective with a reference term needs a reference set."""
+        if self.uses_reference and not self.reference_dataset:
+            return [
+                f"dive.reference_dataset: objective {self.objective!r} needs a reference image-caption "
+                "set (the paper uses CC3M shards: webdataset:/path/cc3m/{00000..00331}.tar); or use "
+                "objective flyp"
+            ]
+        return []
 
     @property
     def uses_reference(self) -> bool:
@@ -163,3 +214,28 @@ class DiVESettings:
     def difference(self) -> str:
         """The difference of Eq. 4/5 ("vector") or of the cosine variant, Eq. 10/11 ("cosine")."""
         return "cosine" if self.objective == "dive_cosine" else "vector"
+
+
+def field_problems(settings: Any) -> list[str]:
+    """Every field's Literal and `check` problem, as "name: what is wrong"."""
+    problems = []
+    hints = typing.get_type_hints(type(settings))
+    for f in dataclasses.fields(settings):
+        value, allowed = getattr(settings, f.name), _literal_values(hints[f.name])
+        if allowed and value not in allowed:
+            problems.append(f"{f.name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+            continue
+        check = f.metadata.get("check")
+        message = check(value) if check else None
+        if message:
+            problems.append(f"{f.name}: {message}")
+    return problems
+
+
+def _literal_values(tp: Any) -> tuple[Any, ...]:
+    """The values a Literal (or Literal | None) type allows; () for other types."""
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    args = typing.get_args(tp)
+    literals = [a for a in args if typing.get_origin(a) is Literal]
+    return (*typing.get_args(literals[0]), *([None] if type(None) in args else [])) if literals else ()
