@@ -10,8 +10,8 @@ from PIL import Image
 from transformers import AutoConfig, CLIPModel, CLIPVisionModel
 
 from hf_vrl.data.toy import shapes_dataset
-from hf_vrl.methods.diffclip.build import load_processors
 from hf_vrl.evaluation import evaluate_clip
+from hf_vrl.methods.diffclip.build import load_processors
 from hf_vrl.methods.dive.data import select_classes
 from hf_vrl.methods.dive.ensemble import choose_wise_ft, interpolate_weights
 from hf_vrl.methods.dive.evaluate import evaluate_dive, flatten_report, id_accuracy
