@@ -4,7 +4,7 @@ constraint, WiSE-FT). Method code, not Hub-facing: the result is a plain CLIPMod
 
 loss.py          difference vectors, AVL, PVL, the moving average m (Eq. 4-8), cosine variant, SnD (Eq. 12)
 sigmoid_loss.py  SigLIP's sigmoid loss (FLYP and DiVE on SiglipModel)
-settings.py      DiVESettings: the method section of a run (paper defaults)
+settings.py      DiVESettings: the `dive` section of a run configuration (paper defaults)
 data.py          FLYP captions from class templates, the reference batches (ReferenceLoader)
 frozen.py        the frozen pre-trained model: forward without gradient or a cache of its embeddings
 trainer.py       DiVETrainer (ContrastiveTrainer subclass): every objective, m and the reference position
@@ -14,6 +14,6 @@ evaluate.py      ID / OOD / zero-shot / RSA as the paper reports them (through e
 export.py        the result as a plain CLIPModel and CLIPVisionModel
 shifts.py        style shifts (inverted, blurred, re-coloured) that make OOD test sets of the embedded data
 model.py         load the dual encoder to fine-tune (Hub id, checkpoint, config-only preset) in float32
-miniature.py     the paper's claim in miniature on the embedded data (demo run, several-seed table)
+method.py        `hf-vrl train dive` on the shared run design (presets dive-tiny, dive-b16; demo part)
 The objectives are public in hf_vrl.losses.
 """

@@ -1,7 +1,7 @@
 """Style shifts that turn a test set into an OOD set of the same classes (DiVE's OOD axis on embedded data).
 
 ImageNet's OOD sets (-R, -Sketch, -A, ...) keep the classes and change the style; the embedded data sets have
-no such variants, so the miniature makes them: `inverted` (negative image), `blurred` (Gaussian blur of
+no such variants, so the dive-tiny preset makes them: `inverted` (negative image), `blurred` (Gaussian blur of
 `blur_fraction` of the image side), `recoloured` (grey levels mapped onto a blue-to-yellow ramp). Each shift
 is a deterministic function of the image.
 """
