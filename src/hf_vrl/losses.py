@@ -9,13 +9,29 @@ from .methods.dcr.loss import (
     reconstruction_loss,
     supervised_contrastive_loss,
 )
+from .methods.dive.loss import (
+    average_vector_loss,
+    difference_vectors,
+    dive_losses,
+    pairwise_vector_loss,
+    snd_loss,
+    update_average_vector,
+)
+from .methods.dive.sigmoid_loss import sigmoid_contrastive_loss
 
 __all__ = [
+    "average_vector_loss",
     "clip_contrastive_loss",
     "dcr_logits",
     "dcr_loss",
+    "difference_vectors",
+    "dive_losses",
     "gradient_cosine",
     "joint_loss",
+    "pairwise_vector_loss",
     "reconstruction_loss",
+    "sigmoid_contrastive_loss",
+    "snd_loss",
     "supervised_contrastive_loss",
+    "update_average_vector",
 ]

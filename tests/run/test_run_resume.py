@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 WORKER = Path(__file__).parents[1] / "_run_worker.py"
@@ -53,6 +54,34 @@ DCR = [
     "2",
     "--diffusion-pretrain-steps",
     "2",
+    *QUIET,
+]
+
+# DiVE-tiny shrunk: a toy CLIP of 2 pre-training steps, 6 DiVE steps; 24 reference pairs in batches of 8, so
+# the reference stream wraps (and the frozen-embedding cache is hit) after the resume point
+DIVE = [
+    "train",
+    "dive",
+    "--train-limit",
+    "120",
+    "--batch-size",
+    "8",
+    "--max-steps",
+    "6",
+    "--save-steps",
+    "2",
+    "--pretrain-steps",
+    "2",
+    "--pretrain-data",
+    '{"animal_mnist": 32, "shapes": 32}',
+    "--pretrain-batch-size",
+    "16",
+    "--reference-limit",
+    "12",
+    "--set",
+    'dive.reference_dataset=["animal_mnist", "shapes"]',
+    "--val-size",
+    "0",
     *QUIET,
 ]
 
@@ -171,3 +200,25 @@ def test_dcr_killed_in_stage_two_resumes_exactly_and_never_retrains_stage_one(dc
 def test_dcr_toy_inputs_of_another_seed_are_not_reused(dcr_full):
     proc = hf_vrl([*DCR, "--output-dir", str(dcr_full), "--resume", "--seed", "1"])
     assert proc.returncode == 2 and "seed: 0 there, 1 now" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def dive_full(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dive") / "full"
+    ok(hf_vrl([*DIVE, "--output-dir", str(out)]))
+    return out
+
+
+@pytest.mark.parametrize("kill", ["step:train:3", "save:train:4"])
+def test_dive_killed_resumes_exactly_with_its_average_vector_and_reference_position(
+    dive_full, tmp_path, kill
+):
+    out = tmp_path / "run"
+    killed(hf_vrl([*DIVE, "--output-dir", str(out)], kill=kill))
+    assert steps(out / "checkpoints/train") == [2] and not (out / "final").exists()
+    ok(hf_vrl([*DIVE, "--output-dir", str(out), "--resume"]))
+    assert_identical(out / "final", dive_full / "final")
+    state, full = (
+        load_file(run / "checkpoints/train/checkpoint-6/extra_state.safetensors") for run in (out, dive_full)
+    )
+    assert int(state["reference_batches"]) == 6 and torch.equal(state["avg_vector"], full["avg_vector"])

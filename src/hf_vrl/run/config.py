@@ -379,6 +379,7 @@ def _build(cls: type, values: Mapping[str, Any], where: str, problems: list[str]
         message = check(value) if check else None
         if message:
             problems.append(f"{where}{f.name}: {message}")
+            continue  # the default stands in, so that a section validating itself reports nothing twice
         kwargs[f.name] = value
     return cls(**kwargs)
 

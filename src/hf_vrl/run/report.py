@@ -45,6 +45,8 @@ def _numbers(section: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
 # what a comparison shows by default: headline metrics of every method, in this order
 HEADLINE = (
     "zero_shot.top1",
+    "ood.top1",
+    "transfer.top1",
     "retrieval.i2t_R@1",
     "retrieval.t2i_R@1",
     "retrieval.i2t_R@5",

@@ -1,0 +1,250 @@
+"""DiVE's data: FLYP captions for the target set, and the reference batches drawn beside each target batch.
+
+Target rows are labelled images; FLYP turns each label into a caption through a template drawn per sample
+(Goyal et al. 2023 write one row per image and template; a random template per draw is the same
+distribution). The template is drawn from ``torch.Generator().manual_seed(row["sample_seed"])`` when the run
+layer adds that column (so a resumed run draws the same captions), else from torch's global RNG.
+
+The reference set (CC3M, COCO, Flickr, any image-caption dataset) is read by `ReferenceLoader`: an endless
+stream of batches of B' pairs for this process, whose position (batches drawn) is checkpointed, so a resumed
+run continues with the very batch it would have drawn. Reference images are preprocessed deterministically
+(the model's image processor, no augmentation): the frozen model's embedding of a reference sample is a
+fixed function of the sample, which is what makes the embedding cache exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+
+from hf_vrl.data.collate import ImageTextCollator
+from hf_vrl.data.prompts import CAPTION_TEMPLATES, fill_template
+from hf_vrl.data.schema import CAPTION, LABEL
+from hf_vrl.errors import UserError
+
+__all__ = [
+    "REFERENCE_INDEX",
+    "FLYPCollator",
+    "ReferenceCollator",
+    "ReferenceLoader",
+    "class_captions",
+    "load_reference_dataset",
+    "select_classes",
+]
+
+REFERENCE_INDEX = "reference_index"  # a reference sample's position in this process's shard (the cache key)
+SAMPLE_SEED = "sample_seed"
+
+
+def class_captions(
+    labels: Sequence[int],
+    class_names: Sequence[str],
+    templates: Sequence[str],
+    template_indices: Sequence[int],
+) -> list[str]:
+    """FLYP's captions: ``templates[k_i]`` filled with the class name of ``labels[i]`` (Eq. 2, DiVE)."""
+    if len(labels) != len(template_indices):
+        raise ValueError(f"{len(labels)} labels but {len(template_indices)} template indices")
+    captions = []
+    for label, k in zip(labels, template_indices):
+        if not 0 <= int(label) < len(class_names):
+            raise ValueError(f"label {label} has no class name (the dataset has {len(class_names)} classes)")
+        captions.append(fill_template(templates[int(k) % len(templates)], class_names[int(label)]))
+    return captions
+
+
+def _template_index(row: dict[str, Any], n_templates: int) -> int:
+    """A template index drawn from the row's own seed when it has one, else from torch's global RNG."""
+    generator = None
+    if row.get(SAMPLE_SEED) is not None:
+        generator = torch.Generator().manual_seed(int(row[SAMPLE_SEED]))
+    return int(torch.randint(n_templates, (), generator=generator))
+
+
+@dataclass
+class FLYPCollator:
+    """Target rows (image, label[, sample_seed]) -> a contrastive batch whose captions are class prompts."""
+
+    image_processor: Any
+    tokenizer: Any
+    class_names: Sequence[str]
+    templates: Sequence[str] | None = None
+    max_length: int = 77
+
+    def __post_init__(self) -> None:
+        self.templates = list(self.templates or CAPTION_TEMPLATES)
+        self._collate = ImageTextCollator(self.image_processor, self.tokenizer, max_length=self.max_length)
+
+    def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if not rows:
+            raise ValueError("cannot collate an empty batch")
+        labels = [row[LABEL] for row in rows]
+        picks = [_template_index(row, len(self.templates)) for row in rows]
+        captions = class_captions(labels, self.class_names, self.templates, picks)
+        return self._collate.preprocess(
+            {"image": [row["image"] for row in rows], CAPTION: captions, LABEL: labels}
+        )
+
+
+@dataclass
+class ReferenceCollator:
+    """Reference rows -> a contrastive batch (their own captions), `reference_index` when rows have it."""
+
+    collate: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]]
+
+    def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if REFERENCE_INDEX not in rows[0]:
+            return self.collate(rows)
+        batch = self.collate([{k: v for k, v in row.items() if k != REFERENCE_INDEX} for row in rows])
+        batch[REFERENCE_INDEX] = torch.tensor([int(row[REFERENCE_INDEX]) for row in rows])
+        return batch
+
+
+class _Shard(Dataset):
+    """This process's share of a map-style dataset: rows rank, rank + N, ... (equal lengths on every rank),
+    each returned with its position in the shard."""
+
+    def __init__(self, dataset: Any, rank: int, world_size: int) -> None:
+        self.dataset, self.rank, self.world_size = dataset, rank, world_size
+
+    def __len__(self) -> int:
+        return len(self.dataset) // self.world_size
+
+    def __getitem__(self, position: int) -> dict[str, Any]:
+        row = self.dataset[self.rank + position * self.world_size]
+        return {**row, REFERENCE_INDEX: position}
+
+
+class _Passes(Sampler):
+    """Endless batches of shard positions: pass p is a permutation seeded by (seed, p), cut into full batches;
+    starts after `start` batches."""
+
+    def __init__(self, size: int, batch_size: int, seed: int, start: int) -> None:
+        self.size, self.batch_size, self.seed, self.start = size, batch_size, seed, start
+        self.per_pass = size // batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        epoch, first = divmod(self.start, self.per_pass)
+        while True:
+            order = torch.randperm(
+                self.size, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            )
+            for b in range(first, self.per_pass):
+                yield order[b * self.batch_size : (b + 1) * self.batch_size].tolist()
+            epoch, first = epoch + 1, 0
+
+
+class ReferenceLoader:
+    """Endless reference batches of `batch_size` pairs for process `rank` of `world_size`.
+
+    Map-style sets are sharded (rank, rank + N, ...) and reshuffled every pass with a seed of (seed,
+    pass); batches carry `reference_index`, the sample's position in the shard. Streams are split between
+    processes (`datasets.distributed.split_dataset_by_node`) and restarted with `set_epoch(pass)` at their
+    end. `drawn` counts the batches handed out; a loader built with `start=drawn` continues exactly there
+    (a map-style set jumps to it; a stream reads and drops the batches before it).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        collate: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]],
+        batch_size: int,
+        *,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        num_workers: int = 0,
+        start: int = 0,
+    ) -> None:
+        self.dataset, self.batch_size, self.seed = dataset, batch_size, seed
+        self.rank, self.world_size, self.num_workers = rank, world_size, num_workers
+        self.collate = ReferenceCollator(collate)
+        self.streaming = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
+        if not self.streaming and len(dataset) // world_size < batch_size:
+            raise UserError(
+                f"the reference set has {len(dataset)} samples, fewer than one batch of {batch_size} for "
+                f"each of {world_size} processes: use a larger set or a smaller reference_batch_size."
+            )
+        self.drawn = start
+        self._batches = self._stream_batches() if self.streaming else self._map_batches()
+
+    def _loader(self, dataset: Any, **kwargs: Any) -> DataLoader:
+        return DataLoader(dataset, collate_fn=self.collate, num_workers=self.num_workers, **kwargs)
+
+    def _map_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        shard = _Shard(self.dataset, self.rank, self.world_size)
+        sampler = _Passes(len(shard), self.batch_size, self.seed + 7919 * self.rank, self.drawn)
+        return iter(self._loader(shard, batch_sampler=sampler))
+
+    def _stream_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        from datasets.distributed import split_dataset_by_node
+
+        stream = self.dataset
+        if self.world_size > 1:
+            stream = split_dataset_by_node(stream, rank=self.rank, world_size=self.world_size)
+        to_skip, epoch = self.drawn, 0
+        while True:
+            if hasattr(stream, "set_epoch"):
+                stream.set_epoch(epoch)
+            empty = True
+            for batch in self._loader(stream, batch_size=self.batch_size, drop_last=True):
+                empty = False
+                if to_skip:
+                    to_skip -= 1
+                    continue
+                yield batch
+            if empty:
+                raise UserError(
+                    f"the reference stream holds fewer than {self.batch_size} samples for this process; "
+                    "use a larger reference set or a smaller reference_batch_size."
+                )
+            epoch += 1
+
+    def __iter__(self) -> ReferenceLoader:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        batch = next(self._batches)
+        self.drawn += 1
+        return batch
+
+
+def load_reference_dataset(settings: Any, *, seed: int = 0, image_size: int | None = None) -> Any:
+    """The reference set named by `settings.reference_dataset` (a `DiVESettings`), from the data registry;
+    several names are concatenated (image and caption columns), each read up to `reference_limit`."""
+    from datasets import concatenate_datasets
+
+    from hf_vrl.data.registry import load_dataset_by_name
+
+    names = settings.reference_dataset
+    names = [names] if isinstance(names, str) else list(names)
+    parts = [
+        load_dataset_by_name(
+            name,
+            split=settings.reference_split,
+            limit=settings.reference_limit,
+            seed=seed,
+            image_size=image_size,
+        )
+        for name in names
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return concatenate_datasets([part.select_columns(["image", CAPTION]) for part in parts])
+
+
+def select_classes(dataset: Any, classes: Sequence[int]) -> Any:
+    """The rows of a labelled map-style dataset whose label is in `classes`, relabelled 0..len(classes)-1 with
+    a ClassLabel of those classes' names (a fine-tuning target, or a zero-shot set, over a class subset)."""
+    from datasets import ClassLabel
+
+    names = dataset.features[LABEL].names
+    new_label = {int(old): new for new, old in enumerate(classes)}
+    subset = dataset.filter(lambda label: label in new_label, input_columns=LABEL)
+    features = subset.features.copy()
+    features[LABEL] = ClassLabel(names=[names[int(c)] for c in classes])
+    return subset.map(lambda label: {LABEL: new_label[label]}, input_columns=LABEL, features=features)

@@ -1,0 +1,374 @@
+"""`hf-vrl train dive`: robust fine-tuning of a pre-trained dual encoder with DiVE (or FLYP and the other
+baselines), on the shared run design (`hf_vrl.run`).
+
+The run fine-tunes both towers of the pre-trained model on labelled target images captioned from class
+templates (FLYP) and, for DiVE, on reference image-caption batches against a frozen copy of the pre-trained
+model (Eq. 9). That copy lives in the trainer, follows the model's device and is never saved; the average
+vector m and the reference position are checkpointed with the trainer state (`DiVETrainer.extra_state`), so a
+killed run resumes exactly. `final/` is the fine-tuned model as itself (a plain CLIPModel / SiglipModel) with
+its processors; `exports/vision-tower/` its vision tower alone; `exports/wise-ft/` the WiSE-FT ensemble when
+asked. The report holds, before and after: `zero_shot.top1` (ID), `ood.top1` (mean over the OOD sets, each
+one beside it), `transfer.top1` (mean over the zero-shot transfer sets) and `rsa.image` / `rsa.text`.
+
+With no arguments it runs the `dive-tiny` preset: a tiny CLIP is first pre-trained on the offline
+image-caption mix (into `<run>/inputs/pretrained`), then fine-tuned on five Fashion-MNIST classes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torch import nn
+
+from hf_vrl.errors import UserError
+from hf_vrl.methods.dive.settings import DiVESettings
+from hf_vrl.run.config import OptimConfig, RunConfig, at_least, setting
+from hf_vrl.run.layout import atomic_dir
+from hf_vrl.run.runner import Method
+
+__all__ = ["DiVEMethod", "DiVEModelConfig", "DiVERunConfig"]
+
+
+@dataclass
+class DiVEModelConfig:
+    """The pre-trained dual encoder to fine-tune (its processors come with it)."""
+
+    pretrained: str = setting(
+        "openai/clip-vit-base-patch16",
+        "the pre-trained CLIPModel / SiglipModel / DiffCLIP: a Hub id, a local folder, or a preset folder "
+        "(tiny-clip: config and processors only, for the toy world)",
+    )
+    trust_remote_code: bool = setting(False, "load remote code with the checkpoint")
+    pretrain_steps: int = setting(
+        0,
+        "toy world only: first pre-train `pretrained` from its config with the CLIP loss on pretrain_data "
+        "(into <run>/inputs/pretrained)",
+        check=at_least(0),
+    )
+    pretrain_data: dict = setting(
+        help="toy world only: the pre-training mix, {registry name: images}", default_factory=dict
+    )
+    pretrain_batch_size: int = setting(128, "toy world only: pre-training batch", check=at_least(1))
+    pretrain_learning_rate: float = setting(2e-3, "toy world only: pre-training lr", check=at_least(1e-12))
+    image_size: int | None = setting(
+        None,
+        "toy world only: image size of the config-only `pretrained` (default: its own)",
+        check=at_least(1),
+    )
+
+
+@dataclass
+class DiVERunConfig(RunConfig):
+    """Fine-tune a pre-trained CLIP-like model on target classes with DiVE (FLYP + AVL + PVL, Eq. 9) or a
+    baseline (FLYP, FLYP + replay, SnD); evaluate ID, OOD, zero-shot transfer and RSA before and after; save
+    the fine-tuned model as a plain CLIPModel with its processors, its vision tower and, when asked,
+    WiSE-FT."""
+
+    method: ClassVar[str] = "dive"
+    preset: ClassVar[str] = "dive-tiny"
+
+    model: DiVEModelConfig = field(default_factory=DiVEModelConfig)
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(
+            batch_size=512, num_train_epochs=10, learning_rate=1e-5, weight_decay=0.1, warmup_steps=500
+        )
+    )
+    dive: DiVESettings = field(default_factory=DiVESettings)
+
+    def validate(self) -> list[str]:
+        problems = super().validate() + self.dive.reference_problems()
+        model, dive = self.model, self.dive
+        if model.pretrain_steps and not model.pretrain_data:
+            problems.append("model.pretrain_steps needs model.pretrain_data ({registry name: images})")
+        if dive.wise_ft and not dive.val_size:
+            problems.append(
+                "dive.wise_ft chooses its coefficient on held-out training rows: set dive.val_size"
+            )
+        if dive.held_out_classes and not dive.classes:
+            problems.append("dive.held_out_classes needs dive.classes (the classes fine-tuned on)")
+        if set(dive.classes or ()) & set(dive.held_out_classes or ()):
+            problems.append(
+                "dive.classes and dive.held_out_classes overlap: a held-out class is never trained"
+            )
+        return problems
+
+
+class DiVEMethod(Method):
+    name = "dive"
+    config_class = DiVERunConfig
+    summary = "robust fine-tuning of a pre-trained CLIP with DiVE (or FLYP, replay, SnD)"
+
+    # -- inputs ----------------------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        from transformers import AutoImageProcessor, AutoTokenizer
+
+        self.settings: DiVESettings = self.config.dive
+        self.pretrained = self._pretrained_path()
+        self.image_processor = AutoImageProcessor.from_pretrained(self.pretrained)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.pretrained)
+        self._frozen: nn.Module | None = None
+        self._sets: dict[str, Any] | None = None
+
+    def _pretrained_path(self) -> str:
+        """`model.pretrained`, or the toy CLIP pre-trained once into <run>/inputs/pretrained."""
+        from accelerate import PartialState
+
+        from hf_vrl.evaluation import _resolve_model_path
+
+        model = self.config.model
+        if not model.pretrain_steps:
+            return _resolve_model_path(model.pretrained)
+        folder = self.run.dir.inputs / "pretrained"
+        if self.run.is_main and not folder.is_dir():
+            with atomic_dir(folder) as staging:
+                pretrain_toy_clip(model, staging, seed=self.config.seed)
+        PartialState().wait_for_everyone()
+        return str(folder)
+
+    def _load(self, path: str) -> nn.Module:
+        from hf_vrl.methods.dive.model import load_dual_encoder
+
+        return load_dual_encoder(path, trust_remote_code=self.config.model.trust_remote_code)[0]
+
+    def initial_model(self) -> nn.Module:
+        return self._load(self.pretrained)
+
+    def _frozen_model(self) -> nn.Module:
+        """The pre-trained model for RSA and WiSE-FT (loaded once, on the run's device)."""
+        if self._frozen is None:
+            self._frozen = self._load(self.pretrained).eval().to(self.run.device)
+        return self._frozen
+
+    def _image_size(self) -> int:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(
+            self.pretrained, trust_remote_code=self.config.model.trust_remote_code
+        )
+        return config.vision_config.image_size
+
+    def _target(self) -> tuple[Any, Any]:
+        """(training rows wrapped by the run, the held-out ID validation rows or None)."""
+        from hf_vrl.methods.dive.data import select_classes
+        from hf_vrl.run.data import SeededDataset
+
+        data = self.run.train_data(image_size=self._image_size())
+        settings = self.settings
+        if not isinstance(data, SeededDataset):
+            if settings.classes or settings.val_size:
+                raise UserError("dive.classes and dive.val_size need a map-style training set, not a stream")
+            return data, None
+        rows = select_classes(data.dataset, settings.classes) if settings.classes else data.dataset
+        if not settings.val_size:
+            return SeededDataset(rows, self.config.seed), None
+        if len(rows) - settings.val_size < self.config.optim.batch_size * self.run.world_size:
+            raise UserError(
+                f"dive.val_size {settings.val_size} leaves fewer than one batch of the {len(rows)} training "
+                "rows: lower --val-size, or use more data (--train-limit)"
+            )
+        split = rows.train_test_split(test_size=settings.val_size, seed=self.config.seed)
+        return SeededDataset(split["train"], self.config.seed), split["test"]
+
+    # -- training --------------------------------------------------------------------------------------------
+
+    def train_stage(self, stage: str, model: nn.Module, checkpoint: str | None) -> nn.Module:
+        """DiVETrainer on the target rows; its frozen model is a copy of `model` (the pre-trained weights)."""
+        from hf_vrl.data.collate import ImageTextCollator
+        from hf_vrl.methods.dive.data import FLYPCollator, load_reference_dataset
+        from hf_vrl.methods.dive.trainer import DiVETrainer
+
+        settings = self.settings
+        train, _ = self._target()
+        reference = {}
+        if settings.uses_reference:
+            reference = {
+                "reference_dataset": load_reference_dataset(
+                    settings, seed=self.config.seed, image_size=self._image_size()
+                ),
+                "reference_collator": ImageTextCollator(self.image_processor, self.tokenizer),
+            }
+        trainer = DiVETrainer(
+            model=model,
+            args=self.run.training_arguments(stage),
+            train_dataset=train,
+            data_collator=FLYPCollator(
+                self.image_processor, self.tokenizer, train.features["label"].names, settings.templates
+            ),
+            settings=settings,
+            warmup_start_lr=self.config.optim.warmup_start_lr,
+            **reference,
+        )
+        output = trainer.train(resume_from_checkpoint=checkpoint)
+        self.run.record_stage(stage, trainer, output)
+        return trainer.accelerator.unwrap_model(trainer.model)
+
+    def save_final(self, model: nn.Module, folder: Path) -> None:
+        from hf_vrl.methods.dive.export import export_model
+
+        export_model(model, folder, self.image_processor, self.tokenizer)
+
+    def load_final(self, folder: Path) -> nn.Module:
+        return self._load(str(folder))
+
+    # -- evaluation ------------------------------------------------------------------------------------------
+
+    def _evaluation_sets(self) -> dict[str, Any] | None:
+        """ID test rows (the target classes of eval_dataset), OOD, transfer and RSA sets (built once)."""
+        if self._sets is not None or self.config.eval.eval_dataset is None:
+            return self._sets
+        from hf_vrl.methods.dive.data import select_classes
+        from hf_vrl.methods.dive.evaluate import load_evaluation_sets
+        from hf_vrl.methods.dive.shifts import shift_dataset
+
+        settings, evaluation, size = self.settings, self.config.eval, self._image_size()
+        rows = self.run.eval_data(image_size=size)
+        id_rows = select_classes(rows, settings.classes) if settings.classes else rows
+        sets = load_evaluation_sets(
+            settings,
+            split=evaluation.eval_split,
+            limit=evaluation.eval_limit,
+            image_size=size,
+            seed=self.config.seed,
+        )
+        sets["ood_datasets"] |= {shift: shift_dataset(id_rows, shift) for shift in settings.ood_shifts}
+        if settings.held_out_classes:
+            held_out = {"held-out classes": select_classes(rows, settings.held_out_classes)}
+            sets["transfer_datasets"] = held_out | sets["transfer_datasets"]
+        self._sets = {"id_dataset": id_rows, **sets}
+        return self._sets
+
+    def _templates(self) -> list[str]:
+        from hf_vrl.data.prompts import CAPTION_TEMPLATES
+
+        return list(self.settings.templates or CAPTION_TEMPLATES)
+
+    def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
+        """ID / OOD / transfer / RSA as `evaluate_dive` computes them, in the run report's metric names."""
+        from hf_vrl.methods.dive.evaluate import evaluate_dive
+
+        sets = self._evaluation_sets()
+        if sets is None:
+            return None
+        templates = self._templates()
+        # the held-out classes share the target's data set and prompts; other sets their own unless asked
+        own = {"held-out classes"} | (
+            set(sets["transfer_datasets"]) if self.settings.transfer_templates == "target" else set()
+        )
+        report = evaluate_dive(
+            model.to(self.run.device).eval(),
+            self.image_processor,
+            self.tokenizer,
+            **sets,
+            pretrained_model=self._frozen_model() if sets["rsa_dataset"] is not None else None,
+            templates=templates,
+            transfer_templates={name: templates for name in own if name in sets["transfer_datasets"]},
+        )
+        return run_report_section(report)
+
+    # -- exports ---------------------------------------------------------------------------------------------
+
+    def finish(self, model: nn.Module) -> dict[str, str]:
+        """The vision tower alone; the WiSE-FT ensemble (with its coefficient and evaluation) when asked."""
+        from hf_vrl.methods.dive.export import export_vision_tower
+
+        outputs = {}
+        with atomic_dir(self.run.dir.exports / "vision-tower") as folder:
+            export_vision_tower(model, folder, self.image_processor)
+        outputs["vision_tower"] = str(self.run.dir.exports / "vision-tower")
+        if self.settings.wise_ft:
+            outputs["wise_ft"] = str(self._wise_ft(model))
+        return outputs
+
+    def _wise_ft(self, model: nn.Module) -> Path:
+        """WiSE-FT (App. A): the coefficient with the best ID validation accuracy, saved with its report."""
+        from hf_vrl.methods.dive.ensemble import choose_wise_ft
+        from hf_vrl.methods.dive.evaluate import id_accuracy
+        from hf_vrl.methods.dive.export import export_model
+
+        _, validation = self._target()
+        templates = self._templates()
+
+        def score(candidate: nn.Module) -> float:
+            return id_accuracy(candidate, self.image_processor, self.tokenizer, validation, templates)
+
+        alpha, scores, ensemble = choose_wise_ft(
+            self._frozen_model(), model, score, alphas=self.settings.wise_ft_alphas
+        )
+        path = self.run.dir.exports / "wise-ft"
+        with atomic_dir(path) as folder:
+            export_model(ensemble, folder, self.image_processor, self.tokenizer)
+            summary = {
+                "alpha": alpha,
+                "validation_top1": scores,
+                "evaluation": self.evaluate(ensemble, "wise-ft"),
+            }
+            (folder / "wise_ft.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return path
+
+
+def run_report_section(report: dict[str, Any]) -> dict[str, Any]:
+    """`evaluate_dive`'s report as a run report section: zero_shot.top1 (ID), ood.top1 / transfer.top1 (the
+    means, each set beside them), rsa.image / rsa.text."""
+    summary = report["summary"]
+    section: dict[str, Any] = {}
+    if "id" in report:
+        section["zero_shot"] = {"top1": summary["id.top1"]}
+    for group in ("ood", "transfer"):
+        if report[group]:
+            each = {name: metrics["zero_shot.top1"] for name, metrics in report[group].items()}
+            section[group] = {"top1": summary[f"{group}.top1"], **each}
+    if "rsa" in report:
+        section["rsa"] = {key.split(".", 1)[1]: value for key, value in report["rsa"].items()}
+    return section
+
+
+def pretrain_toy_clip(model: DiVEModelConfig, out_dir: Path, seed: int) -> Path:
+    """The toy world's pre-trained CLIP: `model.pretrained` (a config-only folder) at `model.image_size`,
+    trained with the CLIP loss on the `pretrain_data` mix."""
+    import tempfile
+
+    from datasets import concatenate_datasets
+
+    from hf_vrl.data.registry import load_dataset_by_name
+    from hf_vrl.methods.dcr.toy import pretrain_clip
+
+    mix = concatenate_datasets(
+        [
+            load_dataset_by_name(
+                name, split="train", limit=limit, image_size=model.image_size, seed=seed
+            ).select_columns(["image", "caption"])
+            for name, limit in model.pretrain_data.items()
+        ]
+    )
+    with tempfile.TemporaryDirectory() as config_dir:
+        pretrain_clip(
+            toy_model_dir(model.pretrained, Path(config_dir), model.image_size),
+            mix,
+            out_dir,
+            steps=model.pretrain_steps,
+            batch_size=min(model.pretrain_batch_size, len(mix)),
+            learning_rate=model.pretrain_learning_rate,
+            seed=seed,
+        )
+    return out_dir
+
+
+def toy_model_dir(source: str, out_dir: Path, image_size: int | None) -> Path:
+    """The config, processor and tokenizer of the preset `source`, at `image_size` pixels when given."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
+
+    from hf_vrl.evaluation import _resolve_model_path
+
+    source = _resolve_model_path(source)
+    config, processor = AutoConfig.from_pretrained(source), AutoImageProcessor.from_pretrained(source)
+    if image_size is not None:
+        config.vision_config.image_size = image_size
+        processor.size = {"shortest_edge": image_size}
+        processor.crop_size = {"height": image_size, "width": image_size}
+    for part in (config, processor, AutoTokenizer.from_pretrained(source)):
+        part.save_pretrained(out_dir)
+    return out_dir
