@@ -21,7 +21,7 @@ def load(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(evaluate.config, "HF_MODULES_CACHE", root / "modules")
         patch.setattr(sys, "path", list(sys.path))  # evaluate appends its module cache to sys.path
-        yield lambda name: evaluate.load(metrics.evaluate_module(name), cache_dir=str(root / "results"))
+        yield lambda name: metrics.evaluate_module(name, cache_dir=str(root / "results"))
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,16 @@ def test_every_module_is_shipped_and_named(load):
     assert set(metrics.EVALUATE_MODULES) == {"clustering", "granularity", "mmvp", "rsa"}
     for name in metrics.EVALUATE_MODULES:
         module = load(name)
+        assert isinstance(module, evaluate.EvaluationModule)
         assert module.name == name and module.description.strip() and module.citation.strip()
+
+
+def test_evaluate_load_by_path_is_the_same_module(load, blobs, tmp_path):
+    x, fine, _ = blobs
+    by_path = evaluate.load(metrics.evaluate_module_path("clustering"), cache_dir=str(tmp_path))
+    assert by_path.compute(predictions=x, references=fine) == load("clustering").compute(
+        predictions=x, references=fine
+    )
 
 
 def test_clustering(load, blobs):
@@ -100,3 +109,5 @@ def test_an_unknown_module_names_those_that_exist():
         UserError, match="no evaluate module named 'accuracy'; choose one of: clustering, granularity"
     ):
         metrics.evaluate_module("accuracy")
+    with pytest.raises(UserError, match="no evaluate module named"):
+        metrics.evaluate_module_path("../rsa")

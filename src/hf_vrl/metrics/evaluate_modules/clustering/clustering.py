@@ -1,7 +1,7 @@
 """Zero-shot clustering of image embeddings (DCR's D-ability, App. E.4): k-means on the L2-normalised
 embeddings, scored against the class labels with NMI, Hungarian accuracy and ARI.
 
-An `evaluate` module shipped inside hf_vrl: `evaluate.load(hf_vrl.metrics.evaluate_module("clustering"))`.
+An `evaluate` module shipped inside hf_vrl: `hf_vrl.metrics.evaluate_module("clustering")`.
 It computes with `hf_vrl.metrics.clustering_scores`, imported absolutely: evaluate copies this file into its
 module cache.
 """
@@ -30,7 +30,7 @@ Returns:
     acc (`float`): Hungarian clustering accuracy, in [0, 1].
     ari (`float`): adjusted Rand index, in [-0.5, 1] (0 for chance).
 Examples:
-    >>> clustering = evaluate.load(hf_vrl.metrics.evaluate_module("clustering"))
+    >>> clustering = hf_vrl.metrics.evaluate_module("clustering")
     >>> clustering.compute(predictions=[[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], references=[0, 0, 1, 1])
     {'nmi': 1.0, 'acc': 1.0, 'ari': 1.0}
 """

@@ -1,7 +1,7 @@
 """Granularity-aware collapse metrics (CLUE §3.1): CDNV (class-distance normalised variance, Eq. 1-2) and
 nearest-class-centre accuracy (NCC, Eq. 3), with the per-coarse-class breakdown when coarse labels are given.
 
-An `evaluate` module shipped inside hf_vrl: `evaluate.load(hf_vrl.metrics.evaluate_module("granularity"))`.
+An `evaluate` module shipped inside hf_vrl: `hf_vrl.metrics.evaluate_module("granularity")`.
 It computes with `hf_vrl.metrics` (`cdnv`, `ncc_accuracy`, `granularity_scores`); evaluate copies this file
 into its module cache, so the import is absolute.
 """
@@ -29,7 +29,7 @@ Returns:
     with `coarse_labels` also: cdnv_per_coarse (`dict`), cdnv_coarse_mean (`float`), ncc_coarse (`float`),
     ncc_fine_per_coarse (`dict`) (see `hf_vrl.metrics.granularity_scores`).
 Examples:
-    >>> granularity = evaluate.load(hf_vrl.metrics.evaluate_module("granularity"))
+    >>> granularity = hf_vrl.metrics.evaluate_module("granularity")
     >>> granularity.compute(predictions=[[0, 0], [0, 1], [4, 0], [4, 1]], references=[0, 0, 1, 1])
     {'cdnv_all': 0.015625, 'ncc_fine': 1.0}
 """

@@ -1,6 +1,6 @@
 """MMVP-VLM pair accuracy (Tong et al. 2024, "Eyes Wide Shut?"), the P-ability score of DiffCLIP and DCR.
 
-An `evaluate` module shipped inside hf_vrl: `evaluate.load(hf_vrl.metrics.evaluate_module("mmvp"))`. It
+An `evaluate` module shipped inside hf_vrl: `hf_vrl.metrics.evaluate_module("mmvp")`. It
 computes with `hf_vrl.metrics.mmvp_score` (the official protocol); evaluate copies this file into its module
 cache, so the import is absolute.
 """
@@ -29,7 +29,7 @@ Returns:
     statement_accuracy (`float`): statements that picked their own image.
     n_pairs (`int`): the number of pairs.
 Examples:
-    >>> mmvp = evaluate.load(hf_vrl.metrics.evaluate_module("mmvp"))
+    >>> mmvp = hf_vrl.metrics.evaluate_module("mmvp")
     >>> mmvp.compute(predictions=[[[2.0, 1.0], [0.0, 3.0]], [[1.0, 2.0], [0.0, 3.0]]])["accuracy"]
     0.5
 """

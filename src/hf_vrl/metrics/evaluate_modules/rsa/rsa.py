@@ -1,7 +1,7 @@
 """Representational similarity analysis (DiVE, App. D, Eq. 14; Kriegeskorte et al. 2008): how much of the
 pairwise geometry of a reference model's embeddings a model keeps.
 
-An `evaluate` module shipped inside hf_vrl: `evaluate.load(hf_vrl.metrics.evaluate_module("rsa"))`. It
+An `evaluate` module shipped inside hf_vrl: `hf_vrl.metrics.evaluate_module("rsa")`. It
 computes with `hf_vrl.metrics.rsa_score`; evaluate copies this file into its module cache, so the import is
 absolute.
 """
@@ -25,7 +25,7 @@ Args:
 Returns:
     rsa (`float`): the RSA correlation, in [-1, 1].
 Examples:
-    >>> rsa = evaluate.load(hf_vrl.metrics.evaluate_module("rsa"))
+    >>> rsa = hf_vrl.metrics.evaluate_module("rsa")
     >>> rsa.compute(predictions=[[1, 0], [0, 1], [1, 1]], references=[[2, 0], [0, 2], [2, 2]])
     {'rsa': 1.0}
 """
