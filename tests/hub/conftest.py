@@ -46,10 +46,9 @@ def dcr_run(tmp_path_factory) -> Path:
 class FakeHub:
     """What the autospec'd `api` was asked to do, and the repos it received (`repos[repo_id]` folder)."""
 
-    def __init__(self, root: Path, existing_card: bool = False):
+    def __init__(self, root: Path):
         self.root = root
         self.api = create_autospec(HfApi, instance=True)
-        self.api.file_exists.return_value = existing_card
         self.api.create_repo.side_effect = lambda repo_id, **_: RepoUrl(f"https://huggingface.co/{repo_id}")
         self.api.upload_folder.side_effect = self._upload
 
@@ -73,8 +72,3 @@ class FakeHub:
 @pytest.fixture
 def hub(tmp_path) -> FakeHub:
     return FakeHub(tmp_path / "hub")
-
-
-@pytest.fixture
-def make_hub(tmp_path):
-    return lambda **kwargs: FakeHub(tmp_path / "hub", **kwargs)

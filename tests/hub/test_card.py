@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub import ModelCard
 
 import hf_vrl
-from hf_vrl.hub import REMOTE_CODE_TRANSFORMERS, build_model_card
+from hf_vrl.hub import build_model_card, remote_code_transformers
 from hf_vrl.hub.methods import METHOD_CARDS
 from hf_vrl.hub.results import METRICS
 
@@ -53,15 +53,36 @@ def test_diffclip_card(diffclip_run):
     assert {"hf_vrl", "diffclip", "custom_code"} <= set(data.tags)
     assert "DiffAttn(X) = (softmax(Q₁K₁ᵀ/√d) − λ · softmax(Q₂K₂ᵀ/√d)) V" in text
     assert 'AutoModel.from_pretrained("me/diffclip-tiny", trust_remote_code=True)' in text
-    assert (
-        f"on `transformers{REMOTE_CODE_TRANSFORMERS}`, without hf_vrl" in text and "toy-world model" in text
-    )
+    assert "on `transformers>=4.57,<6`, without hf_vrl" in text and "toy-world model" in text
     # hyperparameters from config.json, results from report.json
     assert f"| batch | {config['optim']['batch_size']} per device |" in text
     assert f"| learning rate | {config['optim']['learning_rate']:g} peak, cosine," in text
     top1 = [100 * report[stage]["zero_shot"]["top1"] for stage in ("before", "after")]
     assert f"| Zero-shot classification | top-1 accuracy | {top1[0]:.1f} % | {top1[1]:.1f} % |" in text
     assert "![figures/attention.png](figures/attention.png)" in text
+    assert "`hf-vrl train diffclip --config run/config.json` repeats the run" in text
+
+
+def test_the_supported_transformers_versions_are_read_from_the_package(monkeypatch):
+    from hf_vrl.models.diffclip import configuration_diffclip
+
+    assert remote_code_transformers() == ">=4.57,<6"  # the models' MINIMUM_TRANSFORMERS, hf_vrl's <6
+    monkeypatch.setattr(configuration_diffclip, "MINIMUM_TRANSFORMERS", (5, 2))
+    assert remote_code_transformers() == ">=5.2,<6"
+
+
+@pytest.mark.parametrize("run_name", ["diffclip_run", "dcr_run"])
+def test_the_card_renders_to_html_with_its_tables(request, run_name):
+    """Broken Markdown tables (a stray `|`, a missing separator row) render as paragraphs, not tables."""
+    markdown = pytest.importorskip("markdown")
+    text = build_model_card(request.getfixturevalue(run_name), "me/model").text
+    # the Hub (CommonMark) renders Markdown between <details> lines; python-markdown leaves it raw: drop them
+    html = markdown.markdown(
+        re.sub(r"^</?(details|summary)>.*$", "", text, flags=re.M), extensions=["tables", "fenced_code"]
+    )
+    tables = re.findall(r"^\|.*\|$\n\|[ :|-]+\|$", text, re.M)  # header + separator: one per table
+    assert len(tables) >= 3 and html.count("<table>") == len(tables)
+    assert "|" not in re.sub(r"<table>.*?</table>|<pre>.*?</pre>|<code>.*?</code>", "", html, flags=re.S)
 
 
 def test_dcr_cards(dcr_run):

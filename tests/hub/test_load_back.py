@@ -1,11 +1,12 @@
-"""Train -> evaluate -> card -> publish (autospec'd Hub) -> load back: the code block of each published card,
-run as a user would in a fresh interpreter without hf_vrl on the uploaded files, gives the trained model's
-outputs."""
+"""Train -> evaluate -> card -> stage (`publish(..., dry_run=True)`, the folder `upload_folder` would send) ->
+load back: the code block of each staged card, run as a user would in a fresh interpreter where hf_vrl cannot
+be imported, gives the trained model's outputs."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -18,12 +19,25 @@ import hf_vrl.models  # noqa: F401  (the expected outputs come from hf_vrl's own
 from hf_vrl.hub import publish
 
 LABELS = ["a photo of a circle", "a photo of a square"]  # the labels of the cards' example
-MODELS = [("diffclip", "final"), ("dcr", "final"), ("dcr", "vision-tower"), ("dcr", "dcr-model")]
+MODELS = [
+    ("diffclip", "final"),
+    ("diffclip-recoded", "final"),
+    ("dcr", "final"),
+    ("dcr", "vision-tower"),
+    ("dcr", "dcr-model"),
+]
 FEATURES = {"vision-tower": "pooler_output", "dcr-model": "image_embeds"}
 
 RUN_CARDS = """
-import json, re, sys
+import importlib.abc, json, re, sys
 from pathlib import Path
+
+class RefuseHfVrl(importlib.abc.MetaPathFinder):  # hf_vrl is installed (editable) here, not at a user's
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_vrl" or name.startswith("hf_vrl."):
+            raise ImportError("hf_vrl must not be needed to load a published model")
+
+sys.meta_path.insert(0, RefuseHfVrl())
 
 results = {}
 for repo_id, folder in json.loads(sys.argv[1]).items():
@@ -50,13 +64,26 @@ def _expected(run, what, image) -> torch.Tensor:
         return getattr(model(pixel_values=pixels), FEATURES[what])
 
 
-def test_published_models_load_back_from_their_cards(diffclip_run, dcr_run, hub, tmp_path):
-    runs = {"diffclip": diffclip_run, "dcr": dcr_run}
+def _without_code(run, tmp_path):
+    """A copy of the DiffCLIP run whose final/ was saved without remote code (no .py files, no auto_map)."""
+    copy = shutil.copytree(run, tmp_path / "no-code", ignore=shutil.ignore_patterns("checkpoints", "*.py"))
+    config = json.loads((copy / "final/config.json").read_text())
+    del config["auto_map"]
+    (copy / "final/config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_published_models_load_back_from_their_cards(diffclip_run, dcr_run, tmp_path):
+    runs = {
+        "diffclip": diffclip_run,
+        "dcr": dcr_run,
+        "diffclip-recoded": _without_code(diffclip_run, tmp_path),
+    }
     repos = {}
     for method, what in MODELS:
         repo_id = f"me/{method}-{what}"
-        publish(runs[method], repo_id, what=what, api=hub.api)
-        repos[repo_id] = str(hub.repo(repo_id))
+        staged = publish(runs[method], repo_id, what=what, dry_run=True, staging_dir=tmp_path / repo_id)
+        repos[repo_id] = str(staged.staging_dir)
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8))
     image.save(tmp_path / "photo.jpg")
     env = {
@@ -75,6 +102,7 @@ def test_published_models_load_back_from_their_cards(diffclip_run, dcr_run, hub,
     assert results.pop("hf_vrl imported") is False
     assert {repo: r["class"] for repo, r in results.items()} == {
         "me/diffclip-final": "DiffCLIPModel",  # the repo's own code, without hf_vrl
+        "me/diffclip-recoded-final": "DiffCLIPModel",  # the code publish supplied
         "me/dcr-final": "CLIPModel",
         "me/dcr-vision-tower": "CLIPVisionModel",
         "me/dcr-dcr-model": "DCRModel",

@@ -5,6 +5,6 @@ commit (`publish`, `hf-vrl push`); the card alone (`build_model_card`). Cards ar
 
 from hf_vrl.hub.card import build_model_card
 from hf_vrl.hub.publish import Publication, publish
-from hf_vrl.hub.versions import REMOTE_CODE_TRANSFORMERS
+from hf_vrl.hub.versions import remote_code_transformers
 
-__all__ = ["REMOTE_CODE_TRANSFORMERS", "Publication", "build_model_card", "publish"]
+__all__ = ["Publication", "build_model_card", "publish", "remote_code_transformers"]

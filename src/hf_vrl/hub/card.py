@@ -8,19 +8,23 @@ Templates are Jinja (huggingface_hub's `ModelCard.from_template`); what they rec
 from __future__ import annotations
 
 import json
-import os
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hf_vrl.hub import markdown
-from hf_vrl.hub.data_names import DataName, describe_dataset, describe_mmvp, is_hub_id
+from hf_vrl.hub.data_names import (
+    DataName,
+    describe_dataset,
+    describe_mmvp,
+    is_hub_id,
+    is_local,
+    public_path,
+)
 from hf_vrl.hub.folder import ModelFolder
 from hf_vrl.hub.methods import MethodCard, method_card
 from hf_vrl.hub.results import eval_results, protocols, results_table
 from hf_vrl.hub.usage import load_info
-from hf_vrl.hub.versions import REMOTE_CODE_TRANSFORMERS
 
 __all__ = ["BASE_MODEL_LICENSES", "DEFAULT_LICENSE", "build_model_card", "model_card"]
 
@@ -44,14 +48,17 @@ def build_model_card(
     repo_id: str,
     *,
     what: str = "final",
+    exports: Sequence[str] = (),
     license: str | None = None,
     base_model: str | None = None,
     datasets: list[str] | None = None,
 ) -> Any:
     """The `huggingface_hub.ModelCard` of the model `what` ("final" or an export) of the run in `run_dir`,
-    published as `repo_id`. `license`, `base_model` and `datasets` replace what the card infers."""
+    published as `repo_id` with the `exports` in `exports/<name>/`. `license`, `base_model` and `datasets`
+    replace what the card infers."""
+    folder = ModelFolder.open(run_dir, what)
     return model_card(
-        ModelFolder.open(run_dir, what), repo_id, license=license, base_model=base_model, datasets=datasets
+        folder, repo_id, exports=exports, license=license, base_model=base_model, datasets=datasets
     )
 
 
@@ -59,6 +66,7 @@ def model_card(
     folder: ModelFolder,
     repo_id: str,
     *,
+    exports: Sequence[str] = (),
     license: str | None = None,
     base_model: str | None = None,
     datasets: list[str] | None = None,
@@ -87,6 +95,7 @@ def model_card(
         eval_results=results or None,
     )
     values = _template_values(folder, repo_id, config, report, method, base, (train, evaluation, mmvp))
+    values["contents"] = _contents(folder, repo_id, exports)
     return ModelCard.from_template(card_data, template_path=str(method.template), **values)
 
 
@@ -108,7 +117,6 @@ def _template_values(
         "model_name": repo_id.split("/")[-1],
         "what": folder.what,
         "load": load_info(folder, repo_id),
-        "transformers_range": REMOTE_CODE_TRANSFORMERS,
         "hf_vrl_version": hf_vrl.__version__,
         "config": config,
         "model_config": folder.config,
@@ -123,8 +131,22 @@ def _template_values(
         "settings_table": _settings_table(config, method),
         "results_table": results_table(report),
         "protocols": _protocols_text(report),
-        "figures": [name for name in folder.files() if name.startswith("figures/")],
+        "figures": [f"figures/{p.name}" for p in sorted(folder.run.figures.glob("*.png"))],
     }
+
+
+def _contents(folder: ModelFolder, repo_id: str, exports: Sequence[str]) -> str:
+    """What the repository holds besides the model: the exports (with their loading line) and the record."""
+    lines = []
+    for name in exports:
+        export = ModelFolder.open(folder.run.root, name)
+        line = load_info(export, repo_id, subfolder=f"exports/{name}").from_pretrained
+        lines.append(f"- `exports/{name}/`: the run's `{name}` export, `{line.split(' = ', 1)[1]}`")
+    lines.append(
+        f"- `run/config.json` and `run/report.json`: the run's settings and results (local paths shortened); "
+        f"`hf-vrl train {folder.method} --config run/config.json` repeats the run"
+    )
+    return "Also in this repository:\n\n" + "\n".join(lines)
 
 
 # -- what the run used ---------------------------------------------------------------------------------------
@@ -180,17 +202,10 @@ def _base_model_text(config: Mapping[str, Any], method: MethodCard, base: str | 
     value = _get(config, method.base_model_setting)
     if not isinstance(value, str):
         return None
-    return f"a local checkpoint (`{Path(value).name}`)" if _is_local(value) else f"hf_vrl's `{value}` preset"
+    return f"a local checkpoint (`{Path(value).name}`)" if is_local(value) else f"hf_vrl's `{value}` preset"
 
 
 # -- tables --------------------------------------------------------------------------------------------------
-
-
-def _is_local(value: str) -> bool:
-    """A path on this machine rather than a Hub id or a preset name."""
-    if os.path.isabs(value) or value.startswith(("~", "./", "../")):
-        return True
-    return "/" in value and (not is_hub_id(value) or Path(value).exists())
 
 
 def _public(value: Any) -> str:
@@ -205,9 +220,7 @@ def _public(value: Any) -> str:
     if isinstance(value, Mapping):
         return json.dumps(value, separators=(", ", ": "))
     if isinstance(value, str):
-        prefix, target = re.match(r"^([a-z]+:(?!//))?(.*)$", value).groups()
-        if _is_local(target):
-            return f"{prefix or ''}…/{Path(target).name}"
+        return public_path(value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

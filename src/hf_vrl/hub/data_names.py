@@ -3,10 +3,21 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-__all__ = ["DataName", "describe_dataset", "describe_mmvp"]
+__all__ = [
+    "DataName",
+    "describe_dataset",
+    "describe_mmvp",
+    "is_hub_id",
+    "is_local",
+    "public_path",
+    "without_paths",
+]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -65,3 +76,28 @@ def describe_mmvp(setting: str | None) -> DataName | None:
     if setting == "toy":
         return DataName("shapes-mmvp", "MMVP-style pairs of hf_vrl's shapes world")
     return DataName("MMVP/MMVP_VLM", "MMVP-VLM", "MMVP/MMVP_VLM")
+
+
+def is_local(value: str) -> bool:
+    """A path on this machine rather than a Hub id or a preset name."""
+    if os.path.isabs(value) or value.startswith(("~", "./", "../")):
+        return True
+    return "/" in value and (not is_hub_id(value) or Path(value).exists())
+
+
+def public_path(value: str) -> str:
+    """`value` with a local path ("/home/me/data", "webdataset:/data/x") shortened to its last part: local
+    paths mean nothing on the Hub and may name the user's folders."""
+    prefix, target = re.match(r"^([a-z]+:(?!//))?(.*)$", value, re.S).groups()
+    return f"{prefix or ''}…/{Path(target).name}" if is_local(target) else value
+
+
+def without_paths(value: Any) -> Any:
+    """A JSON value (a run's config.json / report.json) with every local path shortened (`public_path`)."""
+    if isinstance(value, str):
+        return public_path(value)
+    if isinstance(value, dict):
+        return {key: without_paths(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return [without_paths(v) for v in value]
+    return value

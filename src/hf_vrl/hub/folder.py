@@ -2,9 +2,10 @@
 and the files that go up.
 
 Uploaded: the weights (safetensors only), configs, processor and tokenizer files and the remote-code modules
-a custom model's `auto_map` names; an export without an image processor borrows the run's (`final/`); the
-run's figures go to `figures/`. Anything else in the folder (pickles, optimizer states) stays behind.
-How the model loads is `hf_vrl.hub.usage`.
+a custom model's `auto_map` names; an export without an image processor borrows the run's (`final/`).
+Anything else in the folder (pickles, optimizer states) stays behind. An hf_vrl model saved without its code
+(no `auto_map`, or a module it names missing) gets it at staging (`hf_vrl.hub.remote_code`), so the Hub copy
+loads with `trust_remote_code=True` where hf_vrl is not installed. How the model loads is `hf_vrl.hub.usage`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError
+from hf_vrl.hub.remote_code import code_complete, hf_vrl_model_type
 from hf_vrl.run.layout import RunDir
 
 __all__ = ["IMAGE_PROCESSOR", "TOKENIZER_FILES", "ModelFolder"]
@@ -40,10 +42,12 @@ class ModelFolder:
     def open(cls, run_dir: str | Path, what: str = "final") -> ModelFolder:
         """The folder `what` ("final" or an export name) of the run in `run_dir`, checked for publishing."""
         run = RunDir(Path(run_dir))
-        if not run.config_file.is_file():
-            raise UserError(
-                f"{run.root} is not a run folder (no config.json): give a folder `hf-vrl train` wrote"
+        run_config = run.recorded_config() or {}
+        if "method" not in run_config:
+            inside = (
+                " (it is a model folder: give the run folder around it)" if _has_weights(run.root) else ""
             )
+            raise UserError(f"{run.root} is not a run folder written by `hf-vrl train`{inside}")
         path = run.final if what == "final" else run.exports / what
         if not path.is_dir():
             raise UserError(
@@ -51,8 +55,9 @@ class ModelFolder:
             )
         _check_weights(path)
         config = _read_config(path)
-        _check_remote_code(path, config)
-        return cls(run=run, what=what, path=path, config=config, run_config=run.recorded_config() or {})
+        if not hf_vrl_model_type(config):
+            _check_remote_code(path, config)
+        return cls(run=run, what=what, path=path, config=config, run_config=run_config)
 
     @property
     def method(self) -> str:
@@ -60,7 +65,12 @@ class ModelFolder:
 
     @property
     def remote_code(self) -> bool:
-        return "AutoModel" in self.config.get("auto_map", {})
+        return "AutoModel" in self.config.get("auto_map", {}) or self.needs_code
+
+    @property
+    def needs_code(self) -> bool:
+        """An hf_vrl model whose folder lacks the remote code (or the auto_map) to load without hf_vrl."""
+        return hf_vrl_model_type(self.config) and not code_complete(self.path, self.config)
 
     @property
     def dual_encoder(self) -> bool:
@@ -71,13 +81,11 @@ class ModelFolder:
         return "zero-shot-image-classification" if self.dual_encoder else "image-feature-extraction"
 
     def files(self) -> dict[str, Path]:
-        """{path in the repo: file on disk} of everything uploaded besides the card."""
+        """{file name: file on disk} of the model's files to upload (missing remote code comes at staging)."""
         files = {p.name: p for p in sorted(self.path.iterdir()) if _uploaded(p)}
         borrowed = self.run.final / IMAGE_PROCESSOR
         if IMAGE_PROCESSOR not in files and borrowed.is_file():
             files[IMAGE_PROCESSOR] = borrowed
-        if self.run.figures.is_dir():
-            files.update({f"figures/{p.name}": p for p in sorted(self.run.figures.glob("*.png"))})
         return files
 
     def left_out(self) -> list[str]:
@@ -96,8 +104,12 @@ def _uploaded(path: Path) -> bool:
     return path.is_file() and not path.name.startswith((".", "_")) and path.suffix in UPLOADED_SUFFIXES
 
 
+def _has_weights(path: Path) -> bool:
+    return any(path.glob("*.safetensors"))
+
+
 def _check_weights(path: Path) -> None:
-    if not list(path.glob("*.safetensors")):
+    if not _has_weights(path):
         if any(p.suffix in PICKLE_SUFFIXES for p in path.iterdir()):
             raise UserError(
                 f"{path} holds pickled PyTorch weights only; hf_vrl publishes safetensors: re-save the model "
@@ -123,11 +135,5 @@ def _read_config(path: Path) -> dict[str, Any]:
 
 def _check_remote_code(path: Path, config: dict[str, Any]) -> None:
     """Every module the config's `auto_map` names must be in the folder (else the Hub copy cannot load)."""
-    for reference in config.get("auto_map", {}).values():
-        references = reference if isinstance(reference, list) else [reference]
-        for ref in filter(None, references):
-            if "--" in ref:  # code that lives in another repo ("owner/repo--module.Class")
-                continue
-            module = ref.rsplit(".", 1)[0] + ".py"
-            if not (path / module).is_file():
-                raise UserError(f"{path}: config.json's auto_map names {module}, which is not in the folder")
+    if not code_complete(path, config, require_auto_map=False):
+        raise UserError(f"{path}: config.json's auto_map names modules that are not in the folder")

@@ -8,8 +8,9 @@ import math
 from hf_vrl.hub.publish import Publication, publish
 
 EPILOG = """examples:
-  hf-vrl push runs/diffclip-b16 --repo-id you/diffclip-b16-cc3m --dry-run
-  hf-vrl push runs/dcr --repo-id you/dcr-clip-l14 --what vision-tower --private
+  hf-vrl push runs/diffclip-b16 you/diffclip-b16-cc3m --dry-run
+  hf-vrl push runs/dcr you/dcr-clip-l14 --export vision-tower --private
+  hf-vrl push runs/dcr you/dcr-clip-l14-tower --what vision-tower
 
 The token comes from `hf auth login` or HF_TOKEN; it is never printed.
 """
@@ -19,25 +20,37 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-vrl push",
         description="Upload a finished run's model (weights as safetensors, config, processors, remote code) "
-        "with a model card built from its config.json and report.json, in one commit.",
+        "with a model card built from its config.json and report.json, the run's record and chosen exports, "
+        "in one commit.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("run_dir", help="the run folder (written by `hf-vrl train`)")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (written by `hf-vrl train`)")
     parser.add_argument(
-        "--repo-id", required=True, help="the Hub repository, owner/name (created if missing)"
+        "repo_id", metavar="REPO_ID", help="the Hub repository, owner/name (created if missing)"
     )
     parser.add_argument(
         "--what",
         default="final",
-        help="which model of the run: final (default) or an export in <run>/exports/ (DCR: vision-tower, "
-        "dcr-model)",
+        help="the model at the repo's root: final (default) or an export in <run>/exports/ (DCR: "
+        "vision-tower, dcr-model)",
+    )
+    parser.add_argument(
+        "--export",
+        action="append",
+        default=[],
+        dest="exports",
+        metavar="NAME",
+        help="also upload this export of the run, into exports/<name>/ (repeat for several)",
     )
     parser.add_argument("--private", action="store_true", help="create the repository private")
+    parser.add_argument("--revision", help="the branch to commit to (created if missing; default: main)")
     parser.add_argument(
-        "--overwrite-card", action="store_true", help="replace the repository's README.md if it has one"
+        "--dry-run", action="store_true", help="stage the upload in a folder and list it; no Hub call"
     )
-    parser.add_argument("--dry-run", action="store_true", help="list what would be uploaded; no Hub call")
+    parser.add_argument(
+        "--staging-dir", help="with --dry-run: where to stage (default: <run>/hub-staging/<owner>--<name>)"
+    )
     parser.add_argument("--license", help="card license (default: the base model's, else apache-2.0)")
     parser.add_argument("--base-model", help="card base_model: the Hub id the run started from")
     parser.add_argument("--dataset", action="append", dest="datasets", help="card datasets: a Hub dataset id "
@@ -66,16 +79,21 @@ def main(argv: list[str] | None = None) -> int:
         args.run_dir,
         args.repo_id,
         what=args.what,
+        exports=args.exports,
         private=args.private,
-        overwrite_card=args.overwrite_card,
+        revision=args.revision,
         license=args.license,
         base_model=args.base_model,
         datasets=args.datasets,
         commit_message=args.commit_message,
         dry_run=args.dry_run,
+        staging_dir=args.staging_dir,
     )
     if args.dry_run:
-        print(f"would upload to {args.repo_id} (dry run, nothing sent):\n{_listing(publication)}")
+        print(
+            f"would upload to {args.repo_id} (dry run, nothing sent):\n{_listing(publication)}\n"
+            f"staged in {publication.staging_dir} (links to the run's files)"
+        )
         return 0
     print(f"uploaded to {publication.repo_id}:\n{_listing(publication)}\n{publication.url}")
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hf_vrl.hub.folder import IMAGE_PROCESSOR, TOKENIZER_FILES, ModelFolder
-from hf_vrl.hub.versions import REMOTE_CODE_TRANSFORMERS
+from hf_vrl.hub.versions import remote_code_transformers
 
 __all__ = ["LoadInfo", "load_info"]
 
@@ -49,28 +49,29 @@ class LoadInfo:
             return f"A stock transformers `{self.model_class}`: no custom code, no hf_vrl needed."
         return (
             f"`{self.model_class}` with `trust_remote_code=True` runs the model's own code from this "
-            f"repository, on `transformers{REMOTE_CODE_TRANSFORMERS}`, without hf_vrl. Where hf_vrl is "
+            f"repository, on `transformers{remote_code_transformers()}`, without hf_vrl. Where hf_vrl is "
             "installed, `import hf_vrl.models` registers the classes and `trust_remote_code` can be left out."
         )
 
 
-def load_info(folder: ModelFolder, repo_id: str) -> LoadInfo:
-    """How `folder`, published as `repo_id`, loads."""
+def load_info(folder: ModelFolder, repo_id: str, subfolder: str | None = None) -> LoadInfo:
+    """How `folder`, published as `repo_id` (in `subfolder` of it), loads."""
     import transformers
 
     files = folder.files()
     architecture = (folder.config.get("architectures") or ["AutoModel"])[0]
     plain = not folder.remote_code and hasattr(transformers, architecture)
     model_class = architecture if plain else "AutoModel"
+    where = f'"{repo_id}"' + (f', subfolder="{subfolder}"' if subfolder else "")
     trust = "" if plain else ", trust_remote_code=True"
-    lines = [f'model = {model_class}.from_pretrained("{repo_id}"{trust})']
+    lines = [f"model = {model_class}.from_pretrained({where}{trust})"]
     classes = {model_class}
     if IMAGE_PROCESSOR in files:
-        lines.append(f'image_processor = AutoImageProcessor.from_pretrained("{repo_id}")')
+        lines.append(f"image_processor = AutoImageProcessor.from_pretrained({where})")
         classes.add("AutoImageProcessor")
     dual = folder.dual_encoder and any(name in files for name in TOKENIZER_FILES)
     if dual:
-        lines.append(f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")')
+        lines.append(f"tokenizer = AutoTokenizer.from_pretrained({where})")
         classes.add("AutoTokenizer")
     example = _DUAL if dual else _VISION.format(output=FEATURE_OUTPUTS.get(architecture, "pooler_output"))
     if IMAGE_PROCESSOR not in files:  # no preprocessing to show: the loading lines alone
