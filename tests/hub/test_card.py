@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
@@ -17,8 +19,11 @@ from hf_vrl.hub.results import METRICS
 
 
 def _reload(card) -> ModelCard:
-    """The card as the Hub reads README.md back (YAML header parsed into card data)."""
-    return ModelCard(str(card))
+    """The card as the Hub reads README.md back (`ModelCard.load` of the saved file: YAML header parsed into
+    card data)."""
+    with tempfile.TemporaryDirectory() as folder:
+        card.save(Path(folder) / "README.md")
+        return ModelCard.load(Path(folder) / "README.md")
 
 
 def _expected_index(report) -> dict[tuple[str, str], float]:
@@ -150,8 +155,12 @@ def test_every_method_template_renders(dcr_run, tmp_path, method):
     config[method] = config.pop("dcr") if method != "dcr" else config["dcr"]
     config["method"] = method
     (run / "config.json").write_text(json.dumps(config))
+    report = json.loads((run / "report.json").read_text())
     for what in ("final",) if method == "diffclip" else ("final", "vision-tower", "dcr-model"):
         card = _reload(build_model_card(run, "me/model", what=what))
-        assert method in card.data.tags and card.data.eval_results
+        assert method in card.data.tags and card.data.library_name == "transformers"
+        assert card.data.license == "apache-2.0" and card.data.pipeline_tag
+        index = {(r.task_name, r.metric_name): r.metric_value for r in card.data.eval_results}
+        assert index == _expected_index(report)
         assert not re.search(r"{{|{%|None\b|Undefined", card.text), card.text
         assert card.text.startswith("\n# model\n")
