@@ -115,6 +115,7 @@ def test_local_paths_never_reach_the_card(request, run_name):
     assert str(run.parent) not in text and "/tmp" not in text
     if run_name == "dcr_run":  # the base CLIP and the diffusion model were local folders: named, not located
         assert "a local checkpoint (`clip`)" in text and "| `dcr.diffusion` | …/sd |" in text
+        assert "repeats the run once its local paths (shortened to `…/<name>`) point to your copies" in text
 
 
 @pytest.mark.parametrize(

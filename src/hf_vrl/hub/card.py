@@ -20,6 +20,7 @@ from hf_vrl.hub.data_names import (
     is_hub_id,
     is_local,
     public_path,
+    without_paths,
 )
 from hf_vrl.hub.folder import ModelFolder
 from hf_vrl.hub.methods import MethodCard, method_card
@@ -142,9 +143,11 @@ def _contents(folder: ModelFolder, repo_id: str, exports: Sequence[str]) -> str:
         export = ModelFolder.open(folder.run.root, name)
         line = load_info(export, repo_id, subfolder=f"exports/{name}").from_pretrained
         lines.append(f"- `exports/{name}/`: the run's `{name}` export, `{line.split(' = ', 1)[1]}`")
+    shortened = without_paths(folder.run_config) != folder.run_config
     lines.append(
-        f"- `run/config.json` and `run/report.json`: the run's settings and results (local paths shortened); "
-        f"`hf-vrl train {folder.method} --config run/config.json` repeats the run"
+        f"- `run/config.json` and `run/report.json`: the run's settings and results; `hf-vrl train "
+        f"{folder.method} --config run/config.json` repeats the run"
+        + (" once its local paths (shortened to `…/<name>`) point to your copies" if shortened else "")
     )
     return "Also in this repository:\n\n" + "\n".join(lines)
 
