@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "hf_vrl.integrations.llava_align",
         "relearn a LLaVA's projector for a new vision tower (LLaVA stage 1, trl SFTTrainer)",
     ),
+    "push": ("hf_vrl.hub.push", "publish a run's model to the Hugging Face Hub with its model card"),
 }
 
 

@@ -1,7 +1,10 @@
 """Evaluation metrics on embedding tensors/arrays: clustering, zero-shot, retrieval, probes, MMVP-VLM, RSA,
-granularity (CLUE). scikit-learn and scipy (the `eval` extra) are imported on first use."""
+granularity (CLUE). scikit-learn and scipy (the `eval` extra) are imported on first use. The paper metrics
+also ship as `evaluate` modules: `evaluate_module("clustering")` (loaded), or
+`evaluate.load(evaluate_module_path("clustering"))`."""
 
 from hf_vrl.metrics.clustering import cluster_accuracy, clustering_scores
+from hf_vrl.metrics.evaluate_modules import EVALUATE_MODULES, evaluate_module, evaluate_module_path
 from hf_vrl.metrics.granularity import cdnv, granularity_scores, ncc_accuracy
 from hf_vrl.metrics.mmvp import MMVP_CATEGORIES, PROMPT_PREFIX, load_mmvp_vlm, mmvp_score
 from hf_vrl.metrics.probe import DEFAULT_CS, few_shot_probe, linear_probe
@@ -12,11 +15,14 @@ from hf_vrl.metrics.zero_shot import zero_shot_accuracy, zero_shot_classifier
 
 __all__ = [
     "DEFAULT_CS",
+    "EVALUATE_MODULES",
     "MMVP_CATEGORIES",
     "PROMPT_PREFIX",
     "cdnv",
     "cluster_accuracy",
     "clustering_scores",
+    "evaluate_module",
+    "evaluate_module_path",
     "few_shot_probe",
     "granularity_scores",
     "linear_probe",

@@ -1,0 +1,305 @@
+"""The model card of a published run: metadata as the Hub expects it (`ModelCardData`, `model-index` from
+`EvalResult`s) and the method's template in `model_cards/<method>.md`, filled from the run's `config.json`,
+`report.json` and the published model's own `config.json`.
+
+Templates are Jinja (huggingface_hub's `ModelCard.from_template`); what they receive is `_template_values`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hf_vrl.hub import markdown
+from hf_vrl.hub.data_names import (
+    DataName,
+    describe_dataset,
+    describe_mmvp,
+    is_hub_id,
+    is_local,
+    public_path,
+    without_paths,
+)
+from hf_vrl.hub.folder import ModelFolder
+from hf_vrl.hub.methods import MethodCard, method_card
+from hf_vrl.hub.results import eval_results, protocols, results_table
+from hf_vrl.hub.usage import load_info
+
+__all__ = ["BASE_MODEL_LICENSES", "DEFAULT_LICENSE", "build_model_card", "model_card"]
+
+DEFAULT_LICENSE = "apache-2.0"  # hf_vrl's own; a model derived from a base checkpoint takes the base's
+BASE_MODEL_LICENSES = {
+    "openai/clip-": "mit",
+    "facebook/metaclip-": "cc-by-nc-4.0",
+    "google/siglip": "apache-2.0",
+}
+_OPTIMIZERS = {"adamw": "AdamW", "adamw_fused": "AdamW (fused)", "sgd": "SGD"}
+_PRECISIONS = {
+    "auto": "auto (bf16 where the GPU has it, else float32)",
+    "no": "float32",
+    "bf16": "bf16 mixed",
+}
+_LONG = 100  # settings whose value prints longer than this stay out of the settings table
+
+
+def build_model_card(
+    run_dir: str | Path,
+    repo_id: str,
+    *,
+    what: str = "final",
+    exports: Sequence[str] = (),
+    license: str | None = None,
+    base_model: str | None = None,
+    datasets: list[str] | None = None,
+) -> Any:
+    """The `huggingface_hub.ModelCard` of the model `what` ("final" or an export) of the run in `run_dir`,
+    published as `repo_id` with the `exports` in `exports/<name>/`. `license`, `base_model` and `datasets`
+    replace what the card infers."""
+    folder = ModelFolder.open(run_dir, what)
+    return model_card(
+        folder, repo_id, exports=exports, license=license, base_model=base_model, datasets=datasets
+    )
+
+
+def model_card(
+    folder: ModelFolder,
+    repo_id: str,
+    *,
+    exports: Sequence[str] = (),
+    license: str | None = None,
+    base_model: str | None = None,
+    datasets: list[str] | None = None,
+) -> Any:
+    """The card of an opened `ModelFolder` (see `build_model_card`)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    from hf_vrl.run.report import load_report
+
+    config = folder.run_config
+    report = load_report(folder.run.root)
+    method = method_card(folder.method)
+    base = base_model or _base_model_id(config, method)
+    train, evaluation, mmvp = _data(config, method)
+    results = eval_results(report, evaluation, _get(config, "eval.eval_split") or "test", mmvp)
+    card_data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag=folder.pipeline_tag,
+        tags=["hf_vrl", method.name, *method.tags] + (["custom_code"] if folder.remote_code else []),
+        base_model=base,
+        datasets=datasets
+        or list(dict.fromkeys(d.hub_id for d in (train, evaluation, mmvp) if d and d.hub_id))
+        or None,
+        license=license or _license(base),
+        model_name=repo_id.split("/")[-1],
+        eval_results=results or None,
+    )
+    values = _template_values(folder, repo_id, config, report, method, base, (train, evaluation, mmvp))
+    values["contents"] = _contents(folder, repo_id, exports)
+    return ModelCard.from_template(card_data, template_path=str(method.template), **values)
+
+
+def _template_values(
+    folder: ModelFolder,
+    repo_id: str,
+    config: dict[str, Any],
+    report: dict[str, Any],
+    method: MethodCard,
+    base: str | None,
+    data: tuple[DataName | None, ...],
+) -> dict[str, Any]:
+    """Everything a template reads besides the metadata."""
+    import hf_vrl
+
+    train, evaluation, mmvp = data
+    return {
+        "repo_id": repo_id,
+        "model_name": repo_id.split("/")[-1],
+        "what": folder.what,
+        "load": load_info(folder, repo_id),
+        "hf_vrl_version": hf_vrl.__version__,
+        "config": config,
+        "model_config": folder.config,
+        "public": _public,
+        "base_model_text": _base_model_text(config, method, base),
+        "toy_world": _get(config, "data.dataset") == "shapes",
+        "train_data": _data_text(train, _get(config, "data.split"), _get(config, "data.train_limit")),
+        "eval_data": _data_text(evaluation, _get(config, "eval.eval_split"), _get(config, "eval.eval_limit")),
+        "mmvp_data": mmvp.name if mmvp else None,
+        "train": report.get("train") or {},
+        "training_table": _training_table(config, report),
+        "settings_table": _settings_table(config, method),
+        "results_table": results_table(report),
+        "protocols": _protocols_text(report),
+        "figures": [f"figures/{p.name}" for p in sorted(folder.run.figures.glob("*.png"))],
+    }
+
+
+def _contents(folder: ModelFolder, repo_id: str, exports: Sequence[str]) -> str:
+    """What the repository holds besides the model: the exports (with their loading line) and the record."""
+    lines = []
+    for name in exports:
+        export = ModelFolder.open(folder.run.root, name)
+        line = load_info(export, repo_id, subfolder=f"exports/{name}").from_pretrained
+        lines.append(f"- `exports/{name}/`: the run's `{name}` export, `{line.split(' = ', 1)[1]}`")
+    shortened = without_paths(folder.run_config) != folder.run_config
+    lines.append(
+        f"- `run/config.json` and `run/report.json`: the run's settings and results; `hf-vrl train "
+        f"{folder.method} --config run/config.json` repeats the run"
+        + (" once its local paths (shortened to `…/<name>`) point to your copies" if shortened else "")
+    )
+    return "Also in this repository:\n\n" + "\n".join(lines)
+
+
+# -- what the run used ---------------------------------------------------------------------------------------
+
+
+def _get(config: Mapping[str, Any], path: str | None) -> Any:
+    """`config["a"]["b"]` for "a.b" (None where absent, or for no path)."""
+    if not path:
+        return None
+    value: Any = config
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _base_model_id(config: Mapping[str, Any], method: MethodCard) -> str | None:
+    """The Hub id of the checkpoint the run started from (None: local, a preset, or from scratch)."""
+    value = _get(config, method.base_model_setting)
+    if isinstance(value, str) and is_hub_id(value) and not Path(value).exists():
+        return value
+    return None
+
+
+def _license(base: str | None) -> str:
+    for prefix, license in BASE_MODEL_LICENSES.items():
+        if base and base.startswith(prefix):
+            return license
+    return DEFAULT_LICENSE
+
+
+def _data(config: Mapping[str, Any], method: MethodCard) -> tuple[DataName | None, ...]:
+    """(training data, evaluation data, MMVP pairs) as the card names them."""
+    return (
+        describe_dataset(_get(config, "data.dataset")),
+        describe_dataset(_get(config, "eval.eval_dataset")),
+        describe_mmvp(_get(config, method.mmvp_setting)),
+    )
+
+
+def _data_text(data: DataName | None, split: str | None, limit: int | None) -> str | None:
+    if data is None:
+        return None
+    name = f"[{data.name}](https://huggingface.co/datasets/{data.hub_id})" if data.hub_id else data.name
+    details = [f"{split} split" if split else None, f"first {limit:,} samples" if limit else None]
+    details = [d for d in details if d]
+    return f"{name} ({', '.join(details)})" if details else name
+
+
+def _base_model_text(config: Mapping[str, Any], method: MethodCard, base: str | None) -> str | None:
+    """How the card names the starting checkpoint: a Hub link, a preset, or a local checkpoint."""
+    if base:
+        return f"[`{base}`](https://huggingface.co/{base})"
+    value = _get(config, method.base_model_setting)
+    if not isinstance(value, str):
+        return None
+    return f"a local checkpoint (`{Path(value).name}`)" if is_local(value) else f"hf_vrl's `{value}` preset"
+
+
+# -- tables --------------------------------------------------------------------------------------------------
+
+
+def _public(value: Any) -> str:
+    """A setting as the card shows it: local paths shortened to their last part (they mean nothing on the
+    Hub and may name the user's folders)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_public(v) for v in value)
+    if isinstance(value, Mapping):
+        return json.dumps(value, separators=(", ", ": "))
+    if isinstance(value, str):
+        return public_path(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _protocols_text(report: Mapping[str, Any]) -> str:
+    """How the report's tasks were scored: "clip_benchmark (zero-shot, retrieval); ... (mmvp)"."""
+    grouped: dict[str, list[str]] = {}
+    for section, protocol in protocols(report).items():
+        grouped.setdefault(protocol, []).append(section.replace("_", "-"))
+    return "; ".join(f"{protocol} ({', '.join(sections)})" for protocol, sections in grouped.items())
+
+
+def _steps(report: Mapping[str, Any]) -> str:
+    train = report.get("train") or {}
+    stages = train.get("stages") or {}
+    total = str(train.get("steps", "–"))
+    if len(stages) > 1:
+        total += " (" + ", ".join(f"{name}: {stage.get('steps')}" for name, stage in stages.items()) + ")"
+    return total
+
+
+def _optimizer(optim: Mapping[str, Any]) -> str:
+    name = _OPTIMIZERS.get(optim.get("optimizer"), str(optim.get("optimizer")))
+    if optim.get("optimizer") == "sgd":
+        return f"{name}, momentum {_public(optim.get('sgd_momentum'))}"
+    betas = f"β = ({_public(optim.get('adam_beta1'))}, {_public(optim.get('adam_beta2'))})"
+    return f"{name}, {betas}, ε = {_public(optim.get('adam_epsilon'))}"
+
+
+def _schedule(optim: Mapping[str, Any]) -> str:
+    text = f"{_public(optim.get('learning_rate'))} peak, {optim.get('lr_scheduler')}"
+    if optim.get("min_learning_rate"):
+        text += f" to {_public(optim['min_learning_rate'])}"
+    if optim.get("warmup_steps"):
+        text += f", {optim['warmup_steps']} warm-up steps"
+    elif optim.get("warmup_ratio"):
+        text += f", warm-up over {100 * optim['warmup_ratio']:g} % of the run"
+    return text
+
+
+def _batch(optim: Mapping[str, Any]) -> str:
+    text = f"{optim.get('batch_size')} per device"
+    if optim.get("global_batch_size"):
+        text += f", {optim['global_batch_size']} per optimiser step"
+    elif optim.get("gradient_accumulation_steps"):
+        text += f" × {optim['gradient_accumulation_steps']} accumulation steps"
+    return text
+
+
+def _training_table(config: Mapping[str, Any], report: Mapping[str, Any]) -> str:
+    """The shared optimisation settings and what the run measured."""
+    optim = config.get("optim") or {}
+    train = report.get("train") or {}
+    rows = [
+        ("optimiser steps", _steps(report)),
+        ("batch", _batch(optim)),
+        ("optimiser", _optimizer(optim)),
+        ("weight decay", _public(optim.get("weight_decay"))),
+        ("learning rate", _schedule(optim)),
+        (
+            "gradient clipping",
+            f"max norm {_public(optim['max_grad_norm'])}" if optim.get("max_grad_norm") else "none",
+        ),
+        ("precision", _PRECISIONS.get(config.get("precision"), f"{config.get('precision')} mixed")),
+        ("seed", config.get("seed")),
+        ("training time", f"{train.get('runtime_s', 0):g} s ({train.get('samples_per_s', 0):g} samples/s)"),
+    ]
+    return markdown.table(["setting", "value"], rows)
+
+
+def _settings_table(config: Mapping[str, Any], method: MethodCard) -> str:
+    """The method's own section and its model section, as recorded (long values, e.g. the architecture,
+    are described from the model's config instead)."""
+    rows = []
+    for section in ("model", method.name):
+        for key, value in (config.get(section) or {}).items():
+            shown = _public(value)
+            if len(shown) <= _LONG:
+                rows.append((f"`{section}.{key}`", shown))
+    return markdown.table(["setting", "value"], rows)

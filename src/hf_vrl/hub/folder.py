@@ -1,0 +1,139 @@
+"""The model folder a run publishes (`final/`, or `exports/<name>/`): the checks before anything is uploaded,
+and the files that go up.
+
+Uploaded: the weights (safetensors only), configs, processor and tokenizer files and the remote-code modules
+a custom model's `auto_map` names; an export without an image processor borrows the run's (`final/`).
+Anything else in the folder (pickles, optimizer states) stays behind. An hf_vrl model saved without its code
+(no `auto_map`, or a module it names missing) gets it at staging (`hf_vrl.hub.remote_code`), so the Hub copy
+loads with `trust_remote_code=True` where hf_vrl is not installed. How the model loads is `hf_vrl.hub.usage`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hf_vrl.errors import UserError
+from hf_vrl.hub.remote_code import code_complete, hf_vrl_model_type
+from hf_vrl.run.layout import RunDir
+
+__all__ = ["IMAGE_PROCESSOR", "TOKENIZER_FILES", "ModelFolder"]
+
+UPLOADED_SUFFIXES = (".safetensors", ".json", ".py", ".txt", ".model")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+IMAGE_PROCESSOR = "preprocessor_config.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+SHARD_INDEX = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """One publishable model of a run (module docstring); `open` checks it."""
+
+    run: RunDir
+    what: str
+    path: Path
+    config: dict[str, Any]  # the model's config.json
+    run_config: dict[str, Any]  # the run's config.json
+
+    @classmethod
+    def open(cls, run_dir: str | Path, what: str = "final") -> ModelFolder:
+        """The folder `what` ("final" or an export name) of the run in `run_dir`, checked for publishing."""
+        run = RunDir(Path(run_dir))
+        run_config = run.recorded_config() or {}
+        if "method" not in run_config:
+            inside = (
+                " (it is a model folder: give the run folder around it)" if _has_weights(run.root) else ""
+            )
+            raise UserError(f"{run.root} is not a run folder written by `hf-vrl train`{inside}")
+        path = run.final if what == "final" else run.exports / what
+        if not path.is_dir():
+            raise UserError(
+                f"{run.root} has no {what!r} model; it has: {', '.join(_available(run)) or 'none'}"
+            )
+        _check_weights(path)
+        config = _read_config(path)
+        if not hf_vrl_model_type(config):
+            _check_remote_code(path, config)
+        return cls(run=run, what=what, path=path, config=config, run_config=run_config)
+
+    @property
+    def method(self) -> str:
+        return str(self.run_config.get("method"))
+
+    @property
+    def remote_code(self) -> bool:
+        return "AutoModel" in self.config.get("auto_map", {}) or self.needs_code
+
+    @property
+    def needs_code(self) -> bool:
+        """An hf_vrl model whose folder lacks the remote code (or the auto_map) to load without hf_vrl."""
+        return hf_vrl_model_type(self.config) and not code_complete(self.path, self.config)
+
+    @property
+    def dual_encoder(self) -> bool:
+        return "text_config" in self.config and "vision_config" in self.config
+
+    @property
+    def pipeline_tag(self) -> str:
+        return "zero-shot-image-classification" if self.dual_encoder else "image-feature-extraction"
+
+    def files(self) -> dict[str, Path]:
+        """{file name: file on disk} of the model's files to upload (missing remote code comes at staging)."""
+        files = {p.name: p for p in sorted(self.path.iterdir()) if _uploaded(p)}
+        borrowed = self.run.final / IMAGE_PROCESSOR
+        if IMAGE_PROCESSOR not in files and borrowed.is_file():
+            files[IMAGE_PROCESSOR] = borrowed
+        return files
+
+    def left_out(self) -> list[str]:
+        """Files of the folder that are not uploaded."""
+        return [p.name for p in sorted(self.path.iterdir()) if p.is_file() and not _uploaded(p)]
+
+
+def _available(run: RunDir) -> list[str]:
+    names = ["final"] if run.final.is_dir() else []
+    if run.exports.is_dir():
+        names += sorted(p.name for p in run.exports.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return names
+
+
+def _uploaded(path: Path) -> bool:
+    return path.is_file() and not path.name.startswith((".", "_")) and path.suffix in UPLOADED_SUFFIXES
+
+
+def _has_weights(path: Path) -> bool:
+    return any(path.glob("*.safetensors"))
+
+
+def _check_weights(path: Path) -> None:
+    if not _has_weights(path):
+        if any(p.suffix in PICKLE_SUFFIXES for p in path.iterdir()):
+            raise UserError(
+                f"{path} holds pickled PyTorch weights only; hf_vrl publishes safetensors: re-save the model "
+                "with save_pretrained (safe_serialization is the default)"
+            )
+        raise UserError(
+            f"{path} has no weights (*.safetensors): the run did not finish, or this is not a model"
+        )
+    index = path / SHARD_INDEX
+    if index.is_file():
+        shards = set(json.loads(index.read_text())["weight_map"].values())
+        missing = sorted(s for s in shards if not (path / s).is_file())
+        if missing:
+            raise UserError(f"{path} lacks weight shards its index lists: {', '.join(missing)}")
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    file = path / "config.json"
+    if not file.is_file():
+        raise UserError(f"{path} has no config.json: it is not a transformers model folder")
+    return json.loads(file.read_text())
+
+
+def _check_remote_code(path: Path, config: dict[str, Any]) -> None:
+    """Every module the config's `auto_map` names must be in the folder (else the Hub copy cannot load)."""
+    if not code_complete(path, config, require_auto_map=False):
+        raise UserError(f"{path}: config.json's auto_map names modules that are not in the folder")

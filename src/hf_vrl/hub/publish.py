@@ -1,0 +1,181 @@
+"""`publish(run_dir, repo_id)`: a run's model, its processors, its remote code and its model card, uploaded to
+the Hugging Face Hub in one commit.
+
+The repo holds, at its root, the model (`final/`, or the export named by `what`) with its processors and
+remote code, `README.md` (the card), `figures/`, `run/config.json` and `run/report.json` (the run's record,
+local paths shortened) and, for each name in `exports`, `exports/<name>/`. Everything is checked and staged
+before the Hub hears of it; the staging folder links to the run's files (the weights are not copied) and goes
+up with one `upload_folder`. A dry run writes the staging folder where it can be inspected and loaded. The
+token comes from `token`, else huggingface_hub's usual sources (`HF_TOKEN`, `hf auth login`); it is never
+printed or written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hf_vrl.errors import UserError
+from hf_vrl.hub.card import model_card
+from hf_vrl.hub.data_names import without_paths
+from hf_vrl.hub.folder import ModelFolder
+from hf_vrl.hub.remote_code import write_remote_code
+
+__all__ = ["CARD", "RUN_RECORD", "Publication", "publish"]
+
+CARD = "README.md"
+RUN_RECORD = "run"  # run/config.json, run/report.json in the repo
+STAGING = "hub-staging"  # a dry run's default staging folder, inside the run folder
+
+
+@dataclass
+class Publication:
+    """What `publish` sent (with `dry_run`: would send): {path in repo: size in bytes}, the card, the files
+    left behind, the staging folder of a dry run, and the commit (None for a dry run)."""
+
+    repo_id: str
+    card: Any
+    files: dict[str, int] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)
+    staging_dir: Path | None = None
+    commit: Any = None
+
+    @property
+    def url(self) -> str:
+        return getattr(self.commit, "commit_url", None) or f"https://huggingface.co/{self.repo_id}"
+
+
+def publish(
+    run_dir: str | Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    token: str | None = None,
+    api: Any = None,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    what: str = "final",
+    exports: Sequence[str] = (),
+    license: str | None = None,
+    base_model: str | None = None,
+    datasets: list[str] | None = None,
+    dry_run: bool = False,
+    staging_dir: str | Path | None = None,
+) -> Publication:
+    """Upload the model `what` ("final" or an export name) of the run in `run_dir` to `repo_id`
+    ("owner/name") with its model card, the run's record and the `exports`, in one commit.
+
+    `api`: a `huggingface_hub.HfApi` (default: `HfApi(token=token)`); `private`: create the repo private;
+    `revision`: the branch to commit to (created if missing); `license`, `base_model`, `datasets`: card
+    metadata instead of what the run implies; `dry_run`: stage into `staging_dir` (default
+    `<run>/hub-staging/<owner>--<name>`) and return, no Hub call.
+    """
+    _check_repo_id(repo_id)
+    if staging_dir is not None and not dry_run:
+        raise UserError("a staging folder is for dry runs: add --dry-run, or leave out --staging-dir")
+    folder = ModelFolder.open(run_dir, what)
+    extra = {name: ModelFolder.open(run_dir, name) for name in dict.fromkeys(exports) if name != what}
+    card = model_card(
+        folder, repo_id, exports=list(extra), license=license, base_model=base_model, datasets=datasets
+    )
+    publication = Publication(repo_id, card)
+    if dry_run:
+        target = _dry_run_dir(staging_dir, folder, repo_id)
+        _stage(target, folder, extra, publication)
+        publication.staging_dir = target
+        return publication
+    api = api if api is not None else _default_api(token)
+    with tempfile.TemporaryDirectory(prefix="hf-vrl-push-") as staging:
+        _stage(Path(staging), folder, extra, publication)
+        repo = api.create_repo(repo_id, token=token, private=private, exist_ok=True, repo_type="model")
+        if revision:
+            api.create_branch(repo.repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
+        publication.commit = api.upload_folder(
+            repo_id=repo.repo_id,
+            folder_path=staging,
+            repo_type="model",
+            revision=revision,
+            token=token,
+            commit_message=commit_message or f"Upload {folder.method} model ({what}) with hf_vrl",
+        )
+    return publication
+
+
+def _check_repo_id(repo_id: str) -> None:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise UserError(f"{repo_id!r} is not a valid Hub repo id: {error}") from None
+    if "/" not in repo_id:
+        raise UserError(f"give the full repo id, owner/name (e.g. your-name/{repo_id}), not {repo_id!r}")
+
+
+def _default_api(token: str | None) -> Any:
+    """An `HfApi` with `token`, else the environment's; refuses early when there is none."""
+    from huggingface_hub import HfApi, get_token
+
+    if token is None and get_token() is None:
+        raise UserError(
+            "not logged in to the Hugging Face Hub: run `hf auth login`, set HF_TOKEN or pass a token"
+        )
+    return HfApi(token=token)
+
+
+def _dry_run_dir(staging_dir: str | Path | None, folder: ModelFolder, repo_id: str) -> Path:
+    """A fresh staging folder: the default one is replaced; a given one must be new or empty."""
+    if staging_dir is None:
+        target = folder.run.root / STAGING / repo_id.replace("/", "--")
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        target = Path(staging_dir)
+        if target.exists() and any(target.iterdir()):
+            raise UserError(f"{target} is not empty: give a new or empty folder to stage into")
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def _stage(
+    staging: Path, folder: ModelFolder, exports: dict[str, ModelFolder], publication: Publication
+) -> None:
+    """Lay out the repo in `staging` and record its files and what stayed behind in `publication`."""
+    _stage_model(staging, folder)
+    publication.left_out += folder.left_out()
+    for name, export in exports.items():
+        _stage_model(staging / "exports" / name, export)
+        publication.left_out += [f"exports/{name}/{file}" for file in export.left_out()]
+    if folder.run.figures.is_dir():
+        _link({f"figures/{p.name}": p for p in sorted(folder.run.figures.glob("*.png"))}, staging)
+    record = staging / RUN_RECORD
+    record.mkdir()
+    for source in (folder.run.config_file, folder.run.report_file):
+        data = without_paths(json.loads(source.read_text()))
+        (record / source.name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    publication.card.save(staging / CARD)
+    files = sorted(p for p in staging.rglob("*") if p.is_file())
+    publication.files = {p.relative_to(staging).as_posix(): p.stat().st_size for p in files}
+
+
+def _stage_model(target: Path, folder: ModelFolder) -> None:
+    """The model's files as links; an hf_vrl model saved without its code gets it (and a new config.json)."""
+    files = folder.files()
+    if folder.needs_code:  # written fresh below, never through a link into the run
+        files = {
+            name: path for name, path in files.items() if name != "config.json" and not name.endswith(".py")
+        }
+    _link(files, target)
+    if folder.needs_code:
+        write_remote_code(folder.path, target)
+
+
+def _link(files: dict[str, Path], target: Path) -> None:
+    for name, source in files.items():
+        link = target / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(source.resolve())

@@ -1,0 +1,74 @@
+"""Real tiny runs to publish (a DiffCLIP run and a two-stage DCR run, trained by the project's own commands)
+and an autospec'd `HfApi` standing in for the Hub: it records every call and keeps what `upload_folder` was
+given (the staging folder is gone after the call)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from unittest.mock import create_autospec
+
+import pytest
+from huggingface_hub import CommitInfo, HfApi, RepoUrl
+from transformers import AutoTokenizer, CLIPImageProcessor
+
+import hf_vrl
+from hf_vrl.methods.dcr.diffusion import tiny_diffusion
+from hf_vrl.methods.dcr.toy import tiny_clip
+from hf_vrl.presets import preset_path
+
+
+@pytest.fixture(scope="session")
+def diffclip_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("diffclip") / "run"
+    hf_vrl.train("diffclip", output_dir=str(out), max_steps=2, train_limit=32, batch_size=8, eval_limit=16)
+    return out
+
+
+@pytest.fixture(scope="session")
+def dcr_run(tmp_path_factory) -> Path:
+    """Both DCR stages from a 16-px CLIP and a tiny SD pipeline (tests/methods/test_dcr_method's settings)."""
+    root = tmp_path_factory.mktemp("dcr")
+    tokenizer = AutoTokenizer.from_pretrained(preset_path("tiny-clip"))
+    tiny_clip(image_size=16, vocab_size=len(tokenizer)).save_pretrained(root / "clip")
+    tokenizer.save_pretrained(root / "clip")
+    processor = CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+    processor.save_pretrained(root / "clip")
+    sd = tiny_diffusion(root / "sd", image_size=16, text_context_length=8)
+    tiny = dict(
+        clip=str(root / "clip"), clip_pretrain_steps=0, diffusion=str(sd), batch_size=3, train_limit=12,
+        eval_limit=30, stage1_steps=2, max_steps=2, save_steps=1, logging_steps=1, lora_r=4,
+    )  # fmt: skip
+    hf_vrl.train("dcr", output_dir=str(root / "run"), **tiny)
+    return root / "run"
+
+
+class FakeHub:
+    """What the autospec'd `api` was asked to do, and the repos it received (`repos[repo_id]` folder)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.api = create_autospec(HfApi, instance=True)
+        self.api.create_repo.side_effect = lambda repo_id, **_: RepoUrl(f"https://huggingface.co/{repo_id}")
+        self.api.upload_folder.side_effect = self._upload
+
+    def _upload(self, *, repo_id: str, folder_path: str, **_) -> CommitInfo:
+        shutil.copytree(folder_path, self.root / repo_id, dirs_exist_ok=True)  # links copied as files
+        url = f"https://huggingface.co/{repo_id}/commit/0123abcd"
+        return CommitInfo(commit_url=url, commit_message="", commit_description="", oid="0123abcd")
+
+    def repo(self, repo_id: str) -> Path:
+        return self.root / repo_id
+
+    def files(self, repo_id: str) -> set[str]:
+        root = self.repo(repo_id)
+        return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+    @property
+    def calls(self) -> list[str]:
+        return [name for name, _, _ in self.api.method_calls]
+
+
+@pytest.fixture
+def hub(tmp_path) -> FakeHub:
+    return FakeHub(tmp_path / "hub")

@@ -1,0 +1,167 @@
+"""Model cards built from real runs: metadata as the Hub expects it, the model-index from the run's
+report.json, the hyperparameters from its config.json, no local paths; every method's template renders."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard
+
+import hf_vrl
+from hf_vrl.hub import build_model_card, remote_code_transformers
+from hf_vrl.hub.methods import METHOD_CARDS
+from hf_vrl.hub.results import METRICS
+
+
+def _reload(card) -> ModelCard:
+    """The card as the Hub reads README.md back (`ModelCard.load` of the saved file: YAML header parsed into
+    card data)."""
+    with tempfile.TemporaryDirectory() as folder:
+        card.save(Path(folder) / "README.md")
+        return ModelCard.load(Path(folder) / "README.md")
+
+
+def _expected_index(report) -> dict[tuple[str, str], float]:
+    after = report["after"]
+    return {
+        (m.task_name, m.name): round(after[m.section][m.key], 4)
+        for m in METRICS
+        if isinstance(after.get(m.section, {}).get(m.key), (int, float))
+    }
+
+
+@pytest.mark.parametrize("run_name", ["diffclip_run", "dcr_run"])
+def test_the_model_index_is_the_reports_results_after_training(request, run_name):
+    run = request.getfixturevalue(run_name)
+    report = json.loads((run / "report.json").read_text())
+    card = _reload(build_model_card(run, "me/model"))
+    index = {(r.task_name, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert index == _expected_index(report) and index
+    assert {r.dataset_type for r in card.data.eval_results} <= {"shapes", "shapes-mmvp"}
+    assert card.data.model_name == "model"
+
+
+def test_diffclip_card(diffclip_run):
+    config = json.loads((diffclip_run / "config.json").read_text())
+    report = json.loads((diffclip_run / "report.json").read_text())
+    card = build_model_card(diffclip_run, "me/diffclip-tiny")
+    data, text = card.data, card.text
+    assert (data.library_name, data.pipeline_tag, data.license) == (
+        "transformers", "zero-shot-image-classification", "apache-2.0",
+    )  # fmt: skip
+    assert data.base_model is None and data.datasets is None  # from scratch, on the generated world
+    assert {"hf_vrl", "diffclip", "custom_code"} <= set(data.tags)
+    assert "DiffAttn(X) = (softmax(Q₁K₁ᵀ/√d) − λ · softmax(Q₂K₂ᵀ/√d)) V" in text
+    assert 'AutoModel.from_pretrained("me/diffclip-tiny", trust_remote_code=True)' in text
+    assert "on `transformers>=4.57,<6`, without hf_vrl" in text and "toy-world model" in text
+    # hyperparameters from config.json, results from report.json
+    assert f"| batch | {config['optim']['batch_size']} per device |" in text
+    assert f"| learning rate | {config['optim']['learning_rate']:g} peak, cosine," in text
+    top1 = [100 * report[stage]["zero_shot"]["top1"] for stage in ("before", "after")]
+    assert f"| Zero-shot classification | top-1 accuracy | {top1[0]:.1f} % | {top1[1]:.1f} % |" in text
+    assert "![figures/attention.png](figures/attention.png)" in text
+    assert "`hf-vrl train diffclip --config run/config.json` repeats the run" in text
+
+
+def test_the_supported_transformers_versions_are_read_from_the_package(monkeypatch):
+    from hf_vrl.models.diffclip import configuration_diffclip
+
+    assert remote_code_transformers() == ">=4.57,<6"  # the models' MINIMUM_TRANSFORMERS, hf_vrl's <6
+    monkeypatch.setattr(configuration_diffclip, "MINIMUM_TRANSFORMERS", (5, 2))
+    assert remote_code_transformers() == ">=5.2,<6"
+
+
+@pytest.mark.parametrize("run_name", ["diffclip_run", "dcr_run"])
+def test_the_card_renders_to_html_with_its_tables(request, run_name):
+    """Broken Markdown tables (a stray `|`, a missing separator row) render as paragraphs, not tables."""
+    markdown = pytest.importorskip("markdown")
+    text = build_model_card(request.getfixturevalue(run_name), "me/model").text
+    # the Hub (CommonMark) renders Markdown between <details> lines; python-markdown leaves it raw: drop them
+    html = markdown.markdown(
+        re.sub(r"^</?(details|summary)>.*$", "", text, flags=re.M), extensions=["tables", "fenced_code"]
+    )
+    tables = re.findall(r"^\|.*\|$\n\|[ :|-]+\|$", text, re.M)  # header + separator: one per table
+    assert len(tables) >= 3 and html.count("<table>") == len(tables)
+    assert "|" not in re.sub(r"<table>.*?</table>|<pre>.*?</pre>|<code>.*?</code>", "", html, flags=re.S)
+
+
+def test_dcr_cards(dcr_run):
+    config = json.loads((dcr_run / "config.json").read_text())
+    report = json.loads((dcr_run / "report.json").read_text())
+    final = build_model_card(dcr_run, "me/dcr")
+    assert "custom_code" not in final.data.tags and "trust_remote_code" not in final.text
+    assert 'model = CLIPModel.from_pretrained("me/dcr")' in final.text
+    assert f"projector h_ω trained for {config['dcr']['stage1_steps']} steps" in final.text
+    assert f"LoRA adapters (rank {config['dcr']['lora_r']}, α {config['dcr']['lora_alpha']})" in final.text
+    pairs = [100 * report[stage]["mmvp"]["accuracy"] for stage in ("before", "after")]
+    assert f"| MMVP pairs | pair accuracy | {pairs[0]:.1f} % | {pairs[1]:.1f} % |" in final.text
+    tower = build_model_card(dcr_run, "me/dcr-tower", what="vision-tower")
+    assert tower.data.pipeline_tag == "image-feature-extraction"
+    assert 'model = CLIPVisionModel.from_pretrained("me/dcr-tower")' in tower.text
+    dcr_model = build_model_card(dcr_run, "me/dcr-model", what="dcr-model")
+    assert 'AutoModel.from_pretrained("me/dcr-model", trust_remote_code=True)' in dcr_model.text
+    assert ".image_embeds" in dcr_model.text and "custom_code" in dcr_model.data.tags
+
+
+@pytest.mark.parametrize("run_name", ["diffclip_run", "dcr_run"])
+def test_local_paths_never_reach_the_card(request, run_name):
+    run = request.getfixturevalue(run_name)
+    text = str(build_model_card(run, "me/model"))
+    assert str(run.parent) not in text and "/tmp" not in text
+    if run_name == "dcr_run":  # the base CLIP and the diffusion model were local folders: named, not located
+        assert "a local checkpoint (`clip`)" in text and "| `dcr.diffusion` | …/sd |" in text
+        assert "repeats the run once its local paths (shortened to `…/<name>`) point to your copies" in text
+
+
+@pytest.mark.parametrize(
+    ("base", "license"),
+    [("openai/clip-vit-large-patch14", "mit"), ("facebook/metaclip-b32-400m", "cc-by-nc-4.0")],
+)
+def test_a_hub_base_model_goes_into_the_metadata_with_its_license(dcr_run, tmp_path, base, license):
+    run = shutil.copytree(dcr_run, tmp_path / "run", ignore=shutil.ignore_patterns("checkpoints", "inputs"))
+    config = json.loads((run / "config.json").read_text())
+    config["model"]["clip"] = base
+    (run / "config.json").write_text(json.dumps(config))
+    card = _reload(build_model_card(run, "me/dcr"))
+    assert (card.data.base_model, card.data.license) == (base, license)
+    assert f"from [`{base}`](https://huggingface.co/{base})" in card.text
+
+
+def test_a_clip_baseline_without_evaluation(tmp_path):
+    """`--arch clip`: the card says it is the baseline; a run that evaluated nothing has no model-index."""
+    out = tmp_path / "clip"
+    hf_vrl.train(
+        "diffclip", arch="clip", output_dir=str(out), max_steps=1, train_limit=8, batch_size=8,
+        eval_before=False, eval_after=False, figures=False,
+    )  # fmt: skip
+    card = _reload(build_model_card(out, "me/clip-baseline"))
+    assert (
+        "The **CLIP baseline** of [DiffCLIP]" in card.text
+        and "| differential attention | no | no |" in card.text
+    )
+    assert card.data.eval_results is None and "The run did not evaluate the model." in card.text
+
+
+@pytest.mark.parametrize("method", sorted(METHOD_CARDS))
+def test_every_method_template_renders(dcr_run, tmp_path, method):
+    """Template check only: the DCR run relabelled as each method (DiVE and CLUE runs do not exist yet), so
+    that a template error surfaces here rather than at someone's publish."""
+    run = shutil.copytree(dcr_run, tmp_path / "run", ignore=shutil.ignore_patterns("checkpoints", "inputs"))
+    config = json.loads((run / "config.json").read_text())
+    config[method] = config.pop("dcr") if method != "dcr" else config["dcr"]
+    config["method"] = method
+    (run / "config.json").write_text(json.dumps(config))
+    report = json.loads((run / "report.json").read_text())
+    for what in ("final",) if method == "diffclip" else ("final", "vision-tower", "dcr-model"):
+        card = _reload(build_model_card(run, "me/model", what=what))
+        assert method in card.data.tags and card.data.library_name == "transformers"
+        assert card.data.license == "apache-2.0" and card.data.pipeline_tag
+        index = {(r.task_name, r.metric_name): r.metric_value for r in card.data.eval_results}
+        assert index == _expected_index(report)
+        assert not re.search(r"{{|{%|None\b|Undefined", card.text), card.text
+        assert card.text.startswith("\n# model\n")

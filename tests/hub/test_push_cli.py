@@ -1,0 +1,99 @@
+"""`hf-vrl push` over `hf_vrl.hub.publish`: the token is found the usual way and never shown."""
+
+from __future__ import annotations
+
+import huggingface_hub
+import pytest
+from huggingface_hub import constants
+
+from hf_vrl import cli
+
+SECRET = "hf_NotARealTokenButTreatItAsOne123"
+
+
+@pytest.fixture
+def hub_client(monkeypatch, hub):
+    """`HfApi()` as `hf-vrl push` builds it: the autospec'd fake, the constructor's arguments recorded."""
+    made = []
+
+    def factory(*args, **kwargs):
+        made.append((args, kwargs))
+        return hub.api
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", factory)
+    return made
+
+
+def test_dry_run_stages_and_lists_the_upload_without_a_client(diffclip_run, hub_client, tmp_path, capsys):
+    stage = tmp_path / "stage"
+    argv = ["push", str(diffclip_run), "me/diffclip-tiny", "--dry-run", "--staging-dir", str(stage)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "would upload to me/diffclip-tiny (dry run, nothing sent)" in out
+    names = (
+        "README.md",
+        "model.safetensors",
+        "modeling_diffclip.py",
+        "figures/attention.png",
+        "run/report.json",
+    )
+    for name in names:
+        assert f"  {name} " in out and (stage / name).is_file()
+    assert "11 files" in out and f"staged in {stage}" in out and hub_client == []
+
+
+def test_staging_dir_needs_dry_run(diffclip_run, hub_client, tmp_path, capsys):
+    assert cli.main(["push", str(diffclip_run), "me/x", "--staging-dir", str(tmp_path)]) == 2
+    assert "a staging folder is for dry runs" in capsys.readouterr().err and hub_client == []
+
+
+def test_push_reads_the_token_from_the_environment_and_never_shows_it(
+    dcr_run, hub, hub_client, monkeypatch, capsys
+):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    argv = ["push", str(dcr_run), "me/dcr-tower", "--what", "vision-tower", "--private", "--revision", "v2"]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert hub_client == [((), {"token": None})]  # HfApi finds the token itself; hf_vrl never handles it
+    assert hub.api.create_repo.call_args.kwargs["private"] is True
+    assert hub.api.upload_folder.call_args.kwargs["revision"] == "v2"
+    assert "https://huggingface.co/me/dcr-tower/commit/0123abcd" in out
+    assert SECRET not in out + err
+    assert not any(
+        SECRET in p.read_text(errors="ignore") for p in hub.repo("me/dcr-tower").rglob("*") if p.is_file()
+    )
+
+
+def test_without_a_token_push_stops_before_the_hub(
+    diffclip_run, hub, hub_client, monkeypatch, tmp_path, capsys
+):
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    assert cli.main(["push", str(diffclip_run), "me/x"]) == 2
+    assert "not logged in to the Hugging Face Hub: run `hf auth login`" in capsys.readouterr().err
+    assert hub_client == [] and hub.calls == []
+
+
+def test_user_errors_are_one_line(dcr_run, hub_client, capsys):
+    assert cli.main(["push", str(dcr_run), "dcr-tower"]) == 2
+    err = capsys.readouterr().err.strip()
+    message, hint = err.splitlines()  # the message in one line, then the CLI's --debug hint
+    assert message.startswith("hf-vrl: error: give the full repo id, owner/name") and "--debug" in hint
+    assert cli.main(["push", str(dcr_run / "final"), "me/x"]) == 2
+    assert (
+        "is not a run folder written by `hf-vrl train` (it is a model folder: give the run folder around it)"
+        in (capsys.readouterr().err)
+    )
+    assert hub_client == []
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["push", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("REPO_ID", "--what", "--export", "--private", "--revision", "--dry-run", "hf auth login"):
+        assert option in out
+    cli.main(["--help"])
+    assert "push" in capsys.readouterr().out
