@@ -51,6 +51,9 @@ class FakeHub:
         self.api = create_autospec(HfApi, instance=True)
         self.api.create_repo.side_effect = lambda repo_id, **_: RepoUrl(f"https://huggingface.co/{repo_id}")
         self.api.upload_folder.side_effect = self._upload
+        self.api.file_exists.side_effect = lambda repo_id, filename, **_: (
+            self.root / repo_id / filename
+        ).is_file()
 
     def _upload(self, *, repo_id: str, folder_path: str, **_) -> CommitInfo:
         shutil.copytree(folder_path, self.root / repo_id, dirs_exist_ok=True)  # links copied as files

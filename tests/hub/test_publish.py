@@ -52,7 +52,7 @@ def _source(run, what, name):
 def test_uploads_exactly_the_model_its_processors_code_and_card_in_one_commit(runs, hub, method, what):
     run, repo = runs[method], f"me/{method}-{what}"
     publication = publish(run, repo, what=what, api=hub.api, private=True)
-    assert hub.calls == ["create_repo", "upload_folder"]  # one commit, nothing else
+    assert hub.calls == ["create_repo", "file_exists", "upload_folder"]  # one commit, nothing else
     assert hub.api.create_repo.call_args.args == (repo,)
     assert hub.api.create_repo.call_args.kwargs == {
         "token": None, "private": True, "exist_ok": True, "repo_type": "model",
@@ -92,7 +92,7 @@ def test_the_run_record_goes_up_without_local_paths(dcr_run, hub):
 
 def test_chosen_exports_go_into_subfolders_of_the_same_commit(dcr_run, hub):
     publication = publish(dcr_run, "me/dcr", api=hub.api, exports=["vision-tower", "dcr-model"])
-    assert hub.calls == ["create_repo", "upload_folder"]
+    assert hub.calls == ["create_repo", "file_exists", "upload_folder"]
     for name in ("vision-tower", "dcr-model"):
         expected = {f"exports/{name}/{f}" for f in EXPECTED["dcr", name] - RECORD}
         assert {f for f in hub.files("me/dcr") if f.startswith(f"exports/{name}/")} == expected
@@ -106,7 +106,7 @@ def test_chosen_exports_go_into_subfolders_of_the_same_commit(dcr_run, hub):
 
 def test_revision_and_token_reach_the_hub_calls(diffclip_run, hub):
     publish(diffclip_run, "me/x", api=hub.api, revision="v1", token="hf_x", commit_message="first")
-    assert hub.calls == ["create_repo", "create_branch", "upload_folder"]
+    assert hub.calls == ["create_repo", "create_branch", "file_exists", "upload_folder"]
     assert hub.api.create_branch.call_args.kwargs == {
         "branch": "v1", "token": "hf_x", "repo_type": "model", "exist_ok": True,
     }  # fmt: skip
@@ -245,3 +245,12 @@ def test_a_foreign_auto_map_must_name_files_that_are_there(dcr_run, tmp_path, hu
     )
     with pytest.raises(UserError, match="auto_map names modules that are not in the folder"):
         publish(run, "me/x", what="vision-tower", api=hub.api)
+
+
+def test_an_existing_card_is_replaced_only_when_asked(diffclip_run, hub):
+    publish(diffclip_run, "me/x", api=hub.api)
+    with pytest.raises(UserError, match="already has a model card.*--overwrite-card"):
+        publish(diffclip_run, "me/x", api=hub.api)
+    assert hub.calls.count("upload_folder") == 1
+    publish(diffclip_run, "me/x", api=hub.api, overwrite_card=True)
+    assert hub.calls.count("upload_folder") == 2

@@ -42,7 +42,7 @@ METHOD_CARDS: dict[str, MethodCard] = {
             mmvp_setting="dcr.mmvp",
         ),
         MethodCard(
-            "dive", ("clip", "robust-fine-tuning", "vision-language"), base_model_setting="model.clip"
+            "dive", ("clip", "robust-fine-tuning", "vision-language"), base_model_setting="model.pretrained"
         ),
         MethodCard("clue", ("self-supervised-learning", "fine-grained", "image-feature-extraction")),
     )

@@ -66,6 +66,7 @@ def publish(
     datasets: list[str] | None = None,
     dry_run: bool = False,
     staging_dir: str | Path | None = None,
+    overwrite_card: bool = False,
 ) -> Publication:
     """Upload the model `what` ("final" or an export name) of the run in `run_dir` to `repo_id`
     ("owner/name") with its model card, the run's record and the `exports`, in one commit.
@@ -73,7 +74,8 @@ def publish(
     `api`: a `huggingface_hub.HfApi` (default: `HfApi(token=token)`); `private`: create the repo private;
     `revision`: the branch to commit to (created if missing); `license`, `base_model`, `datasets`: card
     metadata instead of what the run implies; `dry_run`: stage into `staging_dir` (default
-    `<run>/hub-staging/<owner>--<name>`) and return, no Hub call.
+    `<run>/hub-staging/<owner>--<name>`) and return, no Hub call; `overwrite_card`: replace a README.md the
+    repo already has (refused otherwise, before anything is uploaded).
     """
     _check_repo_id(repo_id)
     if staging_dir is not None and not dry_run:
@@ -95,6 +97,7 @@ def publish(
         repo = api.create_repo(repo_id, token=token, private=private, exist_ok=True, repo_type="model")
         if revision:
             api.create_branch(repo.repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
+        _check_card(api, repo.repo_id, revision, token, overwrite_card)
         publication.commit = api.upload_folder(
             repo_id=repo.repo_id,
             folder_path=staging,
@@ -104,6 +107,16 @@ def publish(
             commit_message=commit_message or f"Upload {folder.method} model ({what}) with hf_vrl",
         )
     return publication
+
+
+def _check_card(api: Any, repo_id: str, revision: str | None, token: str | None, overwrite: bool) -> None:
+    """Refuse to replace the card a repository already has unless asked to."""
+    exists = api.file_exists(repo_id, "README.md", repo_type="model", revision=revision, token=token)
+    if exists and not overwrite:
+        raise UserError(
+            f"{repo_id} already has a model card (README.md); pass --overwrite-card (overwrite_card=True) "
+            "to replace it with this run's"
+        )
 
 
 def _check_repo_id(repo_id: str) -> None:

@@ -56,6 +56,9 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", action="append", dest="datasets", help="card datasets: a Hub dataset id "
                         "(repeat for several; default: those of the run that are on the Hub)")  # fmt: skip
     parser.add_argument("--commit-message", help="the commit message")
+    parser.add_argument(
+        "--overwrite-card", action="store_true", help="replace the model card the repository already has"
+    )
     return parser
 
 
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         commit_message=args.commit_message,
         dry_run=args.dry_run,
         staging_dir=args.staging_dir,
+        overwrite_card=args.overwrite_card,
     )
     if args.dry_run:
         print(
