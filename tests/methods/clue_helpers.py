@@ -1,0 +1,117 @@
+"""Shared pieces of the CLUE tests: tiny backbone configs, settings, model and toy data, and the worker of the
+two-process test (kept light to import: the spawned processes import this module, so transformers and
+datasets are imported inside the functions that need them)."""
+
+from __future__ import annotations
+
+import torch
+
+TINY_RESNET = {
+    "model_type": "resnet",
+    "embedding_size": 8,
+    "hidden_sizes": [8, 16],
+    "depths": [1, 1],
+    "layer_type": "basic",
+}
+TINY_VIT = {
+    "model_type": "vit",
+    "image_size": 16,
+    "patch_size": 4,
+    "hidden_size": 16,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+}
+TINY_HEADS = {"projection_hidden_dim": 32, "projection_dim": 8, "predictor_hidden_dim": 16}
+
+
+def tiny_config(backbone: dict = TINY_RESNET, **overrides):
+    from hf_vrl.models.clue import CLUEConfig
+
+    return CLUEConfig(backbone_config=dict(backbone), **(TINY_HEADS | overrides))
+
+
+def tiny_model(seed: int = 0, backbone: dict = TINY_RESNET, **overrides):
+    from hf_vrl.models.clue import CLUEModel
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return CLUEModel(tiny_config(backbone, **overrides))
+
+
+def tiny_settings(**overrides):
+    from hf_vrl.methods.clue.settings import CLUESettings
+
+    fields = dict(backbone=None, backbone_config=dict(TINY_RESNET), image_size=16, text_encoder="tiny-clip")
+    fields |= dict(text_source="caption", **TINY_HEADS)
+    return CLUESettings(**(fields | overrides))
+
+
+def toy_data(n: int = 12, split: str = "train"):
+    """`n` 16-pixel shapes-world images (coarse label = shape, fine_label = colour + shape)."""
+    from hf_vrl.data.toy import shapes_dataset
+
+    return shapes_dataset(n, seed=0, image_size=16, split=split)
+
+
+# -- the two-process tests ------------------------------------------------------------------------
+
+DIST_WORLD = 2
+DIST_BATCH = 3  # per process
+
+
+def objective_inputs(batch: int, seed: int = 0) -> tuple[dict, dict, torch.Tensor]:
+    """Deterministic float64 branch outputs for `clue_objective` (two views, 3 parts, a text head)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(batch, *shape, generator=gen, dtype=torch.float64)
+
+    online = {
+        "features": rand(2, 6),
+        "embeddings": rand(2, 4),
+        "part_descriptors": rand(2, 3, 6),
+        "text_embeds": rand(2, 5),
+    }
+    momentum = {
+        "features": online["features"] + 0.1 * rand(2, 6),
+        "embeddings": rand(2, 4),
+        "part_descriptors": rand(2, 3, 6),
+    }
+    return online, momentum, rand(5)
+
+
+def dist_objective_worker(rank: int, out_dir: str) -> None:
+    """One rank of `test_two_processes_gather_before_sinkhorn`: its rows of the global batch through
+    `clue_objective` (rank and world size from the process group); writes losses, targets and gradients."""
+    import gc
+    from pathlib import Path
+
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from safetensors.torch import save_file
+
+    from hf_vrl.contrastive import gather_features
+    from hf_vrl.methods.clue.loss import clue_objective, sinkhorn
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=DIST_WORLD
+    )
+    online, momentum, text = objective_inputs(batch=DIST_BATCH * DIST_WORLD)
+    rows = slice(rank * DIST_BATCH, (rank + 1) * DIST_BATCH)
+    online = {key: value[rows].clone() for key, value in online.items()}
+    momentum = {key: value[rows].clone() for key, value in momentum.items()}
+    leaves = {key: online[key].requires_grad_() for key in ("embeddings", "part_descriptors", "text_embeds")}
+    out = clue_objective(online, momentum, text_embeds=text[rows])
+    out["loss"].backward()
+    anchors = F.normalize(online["features"][:, 0], dim=-1)
+    columns = F.normalize(momentum["features"][:, 0], dim=-1)
+    columns = gather_features(columns, columns, gather_with_grad=False, rank=rank, world_size=DIST_WORLD)[0]
+    results = {name: value.detach() for name, value in out.items()}
+    results["targets"] = sinkhorn(anchors @ columns.T)
+    results.update({f"grad/{key}": leaf.grad for key, leaf in leaves.items()})
+    save_file({k: v.contiguous() for k, v in results.items()}, str(Path(out_dir) / f"rank{rank}.safetensors"))
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
