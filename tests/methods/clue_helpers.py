@@ -115,3 +115,88 @@ def dist_objective_worker(rank: int, out_dir: str) -> None:
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
+
+
+# -- trainers -------------------------------------------------------------------------------------
+
+
+def training_args(out_dir, steps: int, batch: int, **overrides):
+    from transformers import TrainingArguments
+
+    settings = dict(
+        output_dir=str(out_dir),
+        max_steps=steps,
+        per_device_train_batch_size=batch,
+        learning_rate=0.05,
+        optim="sgd",
+        save_strategy="no",
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        remove_unused_columns=False,
+        dataloader_drop_last=True,
+        disable_tqdm=True,
+    )
+    return TrainingArguments(**(settings | overrides))
+
+
+def tiny_bank(data):
+    """Description embeddings of the toy captions by the fixed random tiny-clip text tower."""
+    from hf_vrl.methods.clue.text import build_text_bank, descriptions_of
+
+    return build_text_bank(descriptions_of(data, "caption"), "tiny-clip", text_source="caption", device="cpu")
+
+
+def clue_trainer(out_dir, data, steps: int = 3, batch: int = 4, settings=None, seed: int = 0, **args):
+    """A CLUETrainer on a tiny ResNet (text head sized to tiny-clip) with the text bank of `data`."""
+    from hf_vrl.methods.clue.model import build_model
+    from hf_vrl.methods.clue.trainer import CLUETrainer
+
+    settings = settings or tiny_settings()
+    bank = tiny_bank(data) if settings.uses_text else None
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = build_model(settings, text_embed_dim=bank.dim if bank else None)
+    return CLUETrainer(
+        model=model,
+        args=training_args(out_dir, steps, batch, **args),
+        train_dataset=data,
+        settings=settings,
+        text_bank=bank,
+    )
+
+
+def seeded_rows(n: int):
+    """Toy rows with a `sample_seed` column (as the run layer adds it)."""
+    data = toy_data(n)
+    return data.add_column("sample_seed", list(range(1000, 1000 + n)))
+
+
+def dist_trainer_worker(rank: int, out_dir: str, port: int) -> None:
+    """One rank of the two-process CLUETrainer test: 1 step, DIST_BATCH rows per process, rows in order;
+    writes rank 0's log and every rank's final weights."""
+    import gc
+    import os
+    from pathlib import Path
+
+    import torch.distributed as dist
+    from safetensors.torch import save_file
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
+    )
+    torch.set_num_threads(1)
+    data = seeded_rows(DIST_BATCH * DIST_WORLD)
+    trainer = clue_trainer(out_dir, data, steps=1, batch=DIST_BATCH, train_sampling_strategy="sequential")
+    trainer.train()
+    state = {k: v.detach().contiguous() for k, v in trainer.model.state_dict().items()}
+    save_file(state, str(Path(out_dir) / f"weights{rank}.safetensors"))
+    if rank == 0:
+        logs = {k: torch.tensor(float(v)) for k, v in trainer.state.log_history[0].items()}
+        save_file(logs, str(Path(out_dir) / "log.safetensors"))
+    trainer.accelerator.free_memory()
+    del trainer
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
