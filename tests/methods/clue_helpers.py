@@ -200,3 +200,74 @@ def dist_trainer_worker(rank: int, out_dir: str, port: int) -> None:
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
+
+
+# -- a tiny image-text-to-text model ---------------------------------------------------------------
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {% if m['content'] is string %}{{ m['content'] }}{% else %}"
+    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def tiny_vlm(seed: int = 0):
+    """A random LLaVA (2-layer CLIP tower on 16-px images, 2-layer Llama) with a byte-level tokenizer and a
+    chat template: real generation mechanics, meaningless text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import (
+        CLIPImageProcessorPil,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+    )
+
+    specials = ["<pad>", "<s>", "</s>", "<image>"]
+    vocab = {token: i for i, token in enumerate(specials + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        extra_special_tokens=["<image>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=4,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # the [CLS] token, dropped by the "default" strategy
+        chat_template=CHAT_TEMPLATE,
+    )
+    vision = dict(image_size=16, patch_size=4, hidden_size=16, intermediate_size=32, num_attention_heads=2)
+    vision = CLIPVisionConfig(num_hidden_layers=2, **vision)
+    text = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=vocab["<image>"],
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlavaForConditionalGeneration(config).eval(), processor
