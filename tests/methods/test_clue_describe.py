@@ -15,6 +15,7 @@ from hf_vrl.methods.clue.describe import (
     dedupe_sentences,
     describe_batch,
     generate_descriptions,
+    main,
 )
 
 PROMPTS = DescriptionPrompts(subject="shape", role="You are a geometer looking at {subject}s.", max_words=20)
@@ -106,3 +107,40 @@ def test_needs_an_id_column(vlm, tmp_path):
     (tmp_path / "bad.json").write_text("[1, 2]")
     with pytest.raises(UserError, match="not a JSON object"):
         generate_descriptions(_keyed(2), model, processor, tmp_path / "bad.json")
+
+
+def _write_cub(root, n: int = 4) -> None:
+    """A minimal CUB-200-2011 layout: n images of two classes, all in the train split."""
+    base = root / "CUB_200_2011"
+    (base / "images" / "001.A").mkdir(parents=True)
+    (base / "images" / "002.B").mkdir(parents=True)
+    images = toy_data(n)
+    paths = [f"{'001.A' if i % 2 == 0 else '002.B'}/img_{i}.png" for i in range(n)]
+    for path, row in zip(paths, images):
+        row["image"].save(base / "images" / path)
+    (base / "images.txt").write_text("".join(f"{i + 1} {p}\n" for i, p in enumerate(paths)))
+    (base / "classes.txt").write_text("1 001.A\n2 002.B\n")
+    (base / "image_class_labels.txt").write_text("".join(f"{i + 1} {i % 2 + 1}\n" for i in range(n)))
+    (base / "train_test_split.txt").write_text("".join(f"{i + 1} 1\n" for i in range(n)))
+
+
+def test_command_line_on_cub(vlm, tmp_path, capsys):
+    """`python -m hf_vrl.methods.clue.describe` on a saved VLM folder and a CUB layout (ids: CUB's keys)."""
+    model, processor = vlm
+    model.save_pretrained(tmp_path / "vlm")
+    processor.save_pretrained(tmp_path / "vlm")
+    _write_cub(tmp_path / "cub")
+    output = tmp_path / "descriptions.json"
+    argv = ["--model", str(tmp_path / "vlm"), "--dataset", f"cub:{tmp_path / 'cub'}", "--output", str(output)]
+    assert (
+        main(argv + ["--subject", "bird", "--batch-size", "3", "--max-new-tokens", "3", "--device", "cpu"])
+        == 0
+    )
+    descriptions = json.loads(output.read_text())
+    assert sorted(descriptions) == [
+        "001.A/img_0.png",
+        "001.A/img_2.png",
+        "002.B/img_1.png",
+        "002.B/img_3.png",
+    ]
+    assert "4 descriptions" in capsys.readouterr().out
