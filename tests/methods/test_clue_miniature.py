@@ -7,7 +7,16 @@ import math
 
 import pytest
 
-from hf_vrl.methods.clue.miniature import LADDER, LadderConfig, format_ladder, main, run_ladder
+from hf_vrl.data.offline import FASHION_MNIST_DIR
+from hf_vrl.methods.clue.miniature import (
+    COARSE_GROUPS,
+    LADDER,
+    LadderConfig,
+    format_ladder,
+    ladder_data,
+    main,
+    run_ladder,
+)
 
 TINY = LadderConfig(steps=2, batch_size=8, train_size=48, test_size=40, probe_cs=(1.0,), num_workers=0)
 
@@ -43,3 +52,14 @@ def test_ladder_over_three_seeds(tmp_path):
     print(format_ladder(report))
     for entry in report["rungs"].values():
         assert len(entry["seeds"]) == 3 and any(std > 0 for std in entry["std"].values())
+
+
+@pytest.mark.skipif(not FASHION_MNIST_DIR.is_dir(), reason="apt-get install dataset-fashion-mnist")
+def test_offline_sets_get_a_coarse_level():
+    data = ladder_data("fashion_mnist", "test", 60, seed=0)
+    fine, coarse = data.features["fine_label"].names, data.features["label"].names
+    assert coarse == list(COARSE_GROUPS["fashion_mnist"])
+    for row in data:
+        assert fine[row["fine_label"]] in COARSE_GROUPS["fashion_mnist"][coarse[row["label"]]]
+    with pytest.raises(ValueError, match="coarse grouping"):
+        ladder_data("digits", "test", 10, seed=0)

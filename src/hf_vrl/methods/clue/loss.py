@@ -169,7 +169,7 @@ def clue_objective(
 
     `online` / `momentum` hold the model's outputs on views `[B, 2, ...]` (`features` h, `embeddings`,
     `part_descriptors`; online `text_embeds`); `text_embeds` `[B, D_t]` are the frozen description embeddings.
-    A comes from Sinkhorn on h_online(view 1) . h_momentum(view 1)^T (the weak view, detached, L2-normalised;
+    A comes from Sinkhorn on h_online . h_momentum^T of the weak view (index 0; detached, L2-normalised;
     `targets="sinkhorn"`) or is the identity (`targets="identity"`: InfoNCE, Table 2 #1). A term with weight 0
     is not computed. Returns {"loss", "loss_global", "loss_local", "loss_text", "target_self_weight"}
     (the terms computed; `target_self_weight` = the mean weight A gives a sample's own column).
@@ -205,16 +205,11 @@ def clue_objective(
             raise ValueError(
                 "the text term (gamma > 0) needs description embeddings and a model with a text head"
             )
-        views = online["text_embeds"]
-        terms["text"] = (
-            sum(
-                text_alignment_loss(
-                    views[:, v], text_embeds, text_temperature, rank=rank, world_size=world_size
-                )
-                for v in (0, 1)
-            )
-            / 2
-        )
+        per_view = [
+            text_alignment_loss(view, text_embeds, text_temperature, rank=rank, world_size=world_size)
+            for view in online["text_embeds"].unbind(dim=1)
+        ]
+        terms["text"] = sum(per_view) / len(per_view)
     if not terms:
         raise ValueError("every term of Eq. 8 has weight 0: set alpha, beta or gamma above 0")
     weights = {"global": alpha, "local": beta, "text": gamma}

@@ -26,7 +26,15 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LADDER", "LadderConfig", "format_ladder", "run_ladder", "toy_settings"]
+__all__ = [
+    "COARSE_GROUPS",
+    "LADDER",
+    "LadderConfig",
+    "format_ladder",
+    "ladder_data",
+    "run_ladder",
+    "toy_settings",
+]
 
 # (rung, the settings that differ from the full objective)
 LADDER: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -41,6 +49,20 @@ TOY_BACKBONE = {
     "hidden_sizes": [32, 64],
     "depths": [1, 1],
     "layer_type": "basic",
+}
+# coarse groups of the one-level offline sets (fine = their class): ours, by garment / animal kind
+COARSE_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "fashion_mnist": {
+        "top": ("t-shirt/top", "pullover", "coat", "shirt"),
+        "bottom or dress": ("trouser", "dress"),
+        "footwear": ("sandal", "sneaker", "ankle boot"),
+        "bag": ("bag",),
+    },
+    "animal_mnist": {
+        "hoofed": ("cow", "giraffe", "horse", "sheep", "zebra"),
+        "carnivoran": ("bear", "cat", "dog"),
+        "other": ("bird", "elephant"),
+    },
 }
 # (report path, column title) of the table
 COLUMNS = (
@@ -84,6 +106,27 @@ class LadderConfig:
     probe_cs: tuple[float, ...] = (0.1, 1.0, 10.0)
     num_workers: int = 1
     threads: int | None = None
+
+
+def ladder_data(name: str, split: str, size: int, seed: int) -> Any:
+    """`size` images of `split` with a coarse `label` and a `fine_label`: the shapes world as generated
+    (shape / colour + shape), or an offline set of COARSE_GROUPS (its classes become `fine_label`, their
+    group `label`). Descriptions: the `caption` column."""
+    from datasets import ClassLabel
+
+    from hf_vrl.data.registry import load_dataset_by_name
+
+    data = load_dataset_by_name(name, split=split, limit=size, seed=seed, image_size=32)
+    if "fine_label" in data.column_names:
+        return data
+    if name not in COARSE_GROUPS:
+        raise ValueError(f"no coarse grouping for {name!r}; use shapes or one of {sorted(COARSE_GROUPS)}")
+    groups = COARSE_GROUPS[name]
+    fine_names = data.features["label"].names
+    group_of = {fine: index for index, members in enumerate(groups.values()) for fine in members}
+    coarse = [group_of[fine_names[label]] for label in data["label"]]
+    data = data.rename_column("label", "fine_label")
+    return data.add_column("label", coarse).cast_column("label", ClassLabel(names=list(groups)))
 
 
 def _train(settings: Any, bank: Any, data: Any, cfg: LadderConfig, seed: int, out: Path) -> Any:
@@ -140,13 +183,16 @@ def run_ladder(
     config: LadderConfig | None = None,
     output_dir: str | Path = "runs/clue-ladder",
     rungs: Sequence[str] | None = None,
+    dataset: str = "shapes",
 ) -> dict[str, Any]:
-    """Train and evaluate every rung for every seed on the shapes world; returns (and writes to
+    """Train and evaluate every rung for every seed on `dataset` (see `ladder_data`); returns (and writes to
     `<output_dir>/clue_ladder.json`) {"config", "rungs": {rung: {"seeds": [report, ...], "mean", "std"}},
-    "init": {...}, "seconds"} where "init" evaluates the untrained model (the common starting point)."""
+    "init": {...}, "seconds"} where "init" evaluates the untrained model (the common starting point).
+
+    On Fashion-MNIST / Animal-MNIST the captions name the class ("a photo of a sneaker"), so there the text
+    term is weak class supervision; on the shapes world they describe the instance, as VLM descriptions do."""
     import torch
 
-    from hf_vrl.data.toy import shapes_dataset
     from hf_vrl.methods.clue.model import build_model
     from hf_vrl.methods.clue.text import build_text_bank, descriptions_of
 
@@ -158,8 +204,8 @@ def run_ladder(
     start = time.perf_counter()
     results: dict[str, dict[str, Any]] = {name: {"seeds": []} for name, _ in [("init", {}), *chosen]}
     for seed in seeds:
-        train = shapes_dataset(cfg.train_size, seed=seed, split="train")
-        test = shapes_dataset(cfg.test_size, seed=seed, split="test")
+        train = ladder_data(dataset, "train", cfg.train_size, seed)
+        test = ladder_data(dataset, "test", cfg.test_size, seed)
         settings = toy_settings()
         bank = build_text_bank(
             descriptions_of(train, settings.text_source), settings.text_encoder, device="cpu"
@@ -178,6 +224,7 @@ def run_ladder(
     for entry in results.values():
         entry.update(_summary(entry["seeds"]))
     report = {
+        "dataset": dataset,
         "config": {**cfg.__dict__, "seeds": list(seeds)},
         "rungs": {name: results[name] for name, _ in chosen},
         "init": results["init"],
@@ -229,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         description="CLUE's ablation ladder on the shapes world.",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--dataset",
+        default="shapes",
+        choices=["shapes", *COARSE_GROUPS],
+        help="shapes (default) or an offline set",
+    )
     parser.add_argument("--steps", type=int, default=LadderConfig.steps)
     parser.add_argument("--batch-size", type=int, default=LadderConfig.batch_size)
     parser.add_argument("--threads", type=int, default=None, help="torch and BLAS threads (default: as set)")
@@ -252,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         train_size=args.train_size,
         test_size=args.test_size,
     )
-    report = run_ladder(args.seeds, config, args.output_dir, rungs=args.rungs)
+    report = run_ladder(args.seeds, config, args.output_dir, rungs=args.rungs, dataset=args.dataset)
     print(format_ladder(report))
     print(f"{report['seconds']} s; report: {Path(args.output_dir) / 'clue_ladder.json'}")
     return 0
