@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from hf_vrl import metrics
 from hf_vrl.data.offline import FASHION_MNIST_DIR
 from hf_vrl.methods.clue.miniature import (
     COARSE_GROUPS,
@@ -15,10 +16,12 @@ from hf_vrl.methods.clue.miniature import (
     format_ladder,
     ladder_data,
     main,
+    pretrain_backbone,
     run_ladder,
 )
 
-TINY = LadderConfig(steps=2, batch_size=8, train_size=48, test_size=40, probe_cs=(1.0,), num_workers=0)
+TINY = LadderConfig(steps=2, pretrain_steps=2, pretrain_size=16, batch_size=8, train_size=48, test_size=40)
+TINY.probe_cs, TINY.num_workers = (1.0,), 0
 
 
 def test_every_rung_trains_and_is_evaluated(tmp_path):
@@ -35,14 +38,37 @@ def test_every_rung_trains_and_is_evaluated(tmp_path):
     assert len(set(means)) > 1
     assert json.loads((tmp_path / "clue_ladder.json").read_text())["config"]["steps"] == 2
     table = format_ladder(report)
-    assert all(name in table for name, _ in LADDER) and "init (untrained)" in table
+    assert all(name in table for name, _ in LADDER) and "start (pretrained)" in table
 
 
 def test_command_line(tmp_path, capsys):
     argv = ["--seeds", "0", "--steps", "1", "--batch-size", "8", "--train-size", "40", "--test-size", "30"]
-    assert main(argv + ["--workers", "0", "--rungs", "+ text", "--output-dir", str(tmp_path)]) == 0
+    argv += ["--pretrain-steps", "0", "--workers", "0", "--rungs", "+ text", "--output-dir", str(tmp_path)]
+    assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "+ text" in out and "InfoNCE" not in out
+    assert "+ text" in out and "InfoNCE" not in out and "start (untrained)" in out
+
+
+def test_pretraining_learns_the_coarse_label():
+    """The stand-in for ImageNet weights: a few SGD steps on shape labels of separate images beat chance."""
+    import torch
+
+    from hf_vrl.data.toy import SHAPES, shapes_dataset
+    from hf_vrl.methods.clue.augment import image_to_tensor
+
+    backbone = pretrain_backbone(LadderConfig(pretrain_steps=60, pretrain_size=200, batch_size=32), seed=0)
+    data = shapes_dataset(200, seed=0, split="pretrain")  # the images it trained on
+    mean, std = (
+        torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1),
+        torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1),
+    )
+    images = torch.stack([(image_to_tensor(image) - mean) / std for image in data["image"]])
+    with torch.no_grad():
+        features = backbone(pixel_values=images).pooler_output.flatten(1)
+    probe = metrics.linear_probe(
+        features[:150], data["label"][:150], features[150:], data["label"][150:], Cs=(1.0,)
+    )
+    assert probe["accuracy"] > 2 / len(SHAPES)
 
 
 @pytest.mark.slow

@@ -3,10 +3,12 @@
 random initialisation on the same data, then evaluated on the fine classes (colour + shape: linear probe
 top-1, image retrieval Rank-1/5) and with the granularity metrics (CDNV within each shape, NCC fine / coarse).
 
-The paper starts from ImageNet weights and VLM descriptions; offline, the miniature starts a tiny ResNet from
-scratch, uses the scene captions ("two small rotated red triangles at the top left") as the descriptions and
-embeds them with a fixed random tiny-clip text tower. The numbers say how the pieces behave at this scale,
-not what they do on CUB-200.
+The paper starts from supervised ImageNet weights and VLM descriptions. Offline, the miniature first trains a
+tiny ResNet to name the shape (the coarse label) of separately generated images, its stand-in for ImageNet
+weights (`pretrain_backbone`; colour, half of the fine label, is never supervised), then runs every rung from
+that start; the scene captions ("two small rotated red triangles at the top left") serve as the descriptions,
+embedded by a fixed random tiny-clip text tower. The numbers say how the pieces behave at this scale, not what
+they do on CUB-200.
 
     python -m hf_vrl.methods.clue.miniature --seeds 0 1 2 --output-dir runs/clue-ladder   # the table
 """
@@ -28,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "COARSE_GROUPS",
+    "pretrain_backbone",
     "LADDER",
     "LadderConfig",
     "format_ladder",
@@ -98,6 +101,9 @@ class LadderConfig:
     """Size of the miniature: steps and batch per rung, data sizes, optimiser (SGD, cosine, as the paper)."""
 
     steps: int = 100
+    pretrain_steps: int = 200
+    pretrain_size: int = 2000
+    pretrain_learning_rate: float = 0.1
     batch_size: int = 64
     learning_rate: float = 0.05
     weight_decay: float = 1e-5
@@ -129,16 +135,58 @@ def ladder_data(name: str, split: str, size: int, seed: int) -> Any:
     return data.add_column("label", coarse).cast_column("label", ClassLabel(names=list(groups)))
 
 
-def _train(settings: Any, bank: Any, data: Any, cfg: LadderConfig, seed: int, out: Path) -> Any:
+def pretrain_backbone(cfg: LadderConfig, seed: int) -> Any:
+    """The miniature's stand-in for ImageNet weights: the toy ResNet trained (SGD, no augmentation) for
+    `cfg.pretrain_steps` steps to classify the shape of `cfg.pretrain_size` images from a separate stream
+    of the shapes world (split "pretrain": no image in common with the ladder's data); returns the
+    ResNetModel."""
+    import torch
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    from hf_vrl.data.toy import SHAPES, shapes_dataset
+    from hf_vrl.methods.clue.augment import image_to_tensor
+    from hf_vrl.methods.clue.trainer import IMAGENET_MEAN, IMAGENET_STD
+
+    data = shapes_dataset(cfg.pretrain_size, seed=seed, split="pretrain")
+    mean, std = torch.tensor(IMAGENET_MEAN).view(3, 1, 1), torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    images = torch.stack([(image_to_tensor(image) - mean) / std for image in data["image"]])
+    labels = torch.tensor(data["label"])
+    config = ResNetConfig(
+        **{k: v for k, v in TOY_BACKBONE.items() if k != "model_type"}, num_labels=len(SHAPES)
+    )
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        classifier = ResNetForImageClassification(config).train()
+        optimizer = torch.optim.SGD(classifier.parameters(), lr=cfg.pretrain_learning_rate, momentum=0.9)
+        for _ in range(cfg.pretrain_steps):
+            batch = torch.randint(len(labels), (cfg.batch_size,), generator=generator)
+            classifier(pixel_values=images[batch], labels=labels[batch]).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return classifier.resnet.eval()
+
+
+def _start(settings: Any, bank: Any, backbone: Any, seed: int) -> Any:
+    """The model every rung starts from: the pretrained backbone (or a random one) with heads drawn from
+    `seed` (text head included, so every rung has the same initial weights)."""
+    import torch
+
+    from hf_vrl.methods.clue.model import build_model, from_backbone
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        if backbone is None:
+            return build_model(settings, text_embed_dim=bank.dim)
+        return from_backbone(backbone, **settings.model_config(), text_embed_dim=bank.dim)
+
+
+def _train(model: Any, settings: Any, bank: Any, data: Any, cfg: LadderConfig, seed: int, out: Path) -> Any:
     import torch
     from transformers import TrainingArguments
 
-    from hf_vrl.methods.clue.model import build_model
     from hf_vrl.methods.clue.trainer import CLUETrainer
 
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)  # every rung starts from the same weights (text head included)
-        model = build_model(settings, text_embed_dim=bank.dim)
     args = TrainingArguments(
         output_dir=str(out),
         max_steps=cfg.steps,
@@ -187,13 +235,13 @@ def run_ladder(
 ) -> dict[str, Any]:
     """Train and evaluate every rung for every seed on `dataset` (see `ladder_data`); returns (and writes to
     `<output_dir>/clue_ladder.json`) {"config", "rungs": {rung: {"seeds": [report, ...], "mean", "std"}},
-    "init": {...}, "seconds"} where "init" evaluates the untrained model (the common starting point).
+    "init": {...}, "seconds"} where "init" evaluates the common starting point (the pretrained backbone, or a
+    random one with `pretrain_steps=0`).
 
     On Fashion-MNIST / Animal-MNIST the captions name the class ("a photo of a sneaker"), so there the text
     term is weak class supervision; on the shapes world they describe the instance, as VLM descriptions do."""
     import torch
 
-    from hf_vrl.methods.clue.model import build_model
     from hf_vrl.methods.clue.text import build_text_bank, descriptions_of
 
     cfg = config or LadderConfig()
@@ -210,15 +258,13 @@ def run_ladder(
         bank = build_text_bank(
             descriptions_of(train, settings.text_source), settings.text_encoder, device="cpu"
         )
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            init = build_model(settings, text_embed_dim=bank.dim)
+        backbone = pretrain_backbone(cfg, seed) if cfg.pretrain_steps else None
+        init = _start(settings, bank, backbone, seed)
         results["init"]["seeds"].append(_evaluate(init, settings, train, test, cfg, seed))
         for name, diff in chosen:
             rung = toy_settings(**diff)
-            model = _train(
-                rung, bank, train, cfg, seed, out / f"seed{seed}" / name.strip("+ ").replace(" ", "_")
-            )
+            out_dir = out / f"seed{seed}" / name.strip("+ ").replace(" ", "_")
+            model = _train(_start(rung, bank, backbone, seed), rung, bank, train, cfg, seed, out_dir)
             results[name]["seeds"].append(_evaluate(model, rung, train, test, cfg, seed))
             logger.info("seed %d, %s: %s", seed, name, _row(results[name]["seeds"][-1]))
     for entry in results.values():
@@ -256,7 +302,8 @@ def format_ladder(report: dict[str, Any]) -> str:
     from hf_vrl.evaluation import text_table
 
     rows = [["rung", *(title for _, title in COLUMNS)]]
-    for name, entry in [("init (untrained)", report["init"]), *report["rungs"].items()]:
+    start = "start (pretrained)" if report["config"].get("pretrain_steps") else "start (untrained)"
+    for name, entry in [(start, report["init"]), *report["rungs"].items()]:
         cells = []
         for _, title in COLUMNS:
             scale = 1.0 if title == "CDNV_A" else 100.0
@@ -284,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--steps", type=int, default=LadderConfig.steps)
     parser.add_argument("--batch-size", type=int, default=LadderConfig.batch_size)
+    parser.add_argument(
+        "--pretrain-steps", type=int, default=LadderConfig.pretrain_steps, help="0: start from random weights"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch and BLAS threads (default: as set)")
     parser.add_argument("--workers", type=int, default=LadderConfig.num_workers, help="data loader workers")
     parser.add_argument(
@@ -299,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = LadderConfig(
         steps=args.steps,
+        pretrain_steps=args.pretrain_steps,
         batch_size=args.batch_size,
         threads=args.threads,
         num_workers=args.workers,
