@@ -1,45 +1,57 @@
-"""Time and memory of one DCR training step: the batched B^2 grid against Algorithm 1's per-anchor loop.
+"""Time, memory and FLOP rate of one DCR training step (B^2 + B UNet passes), before and after the speed-ups.
 
-Variants, measured in the same run on the same weights and the same random draws (interleaved rounds; ratios
-use the fastest round of each variant, the least disturbed by other load; medians are recorded too):
-  algorithm1_loop     the baseline: for each anchor i, one UNet call on x_t^i with [c_1..c_B, c_i^+]
-                      (B+1 passes), Eq. 12 for that row, then the mean (Algorithm 1, lines 4-20)
-  batched             hf_vrl's DCRTask: all B^2+B (latent, condition) pairs in one UNet call
-  batched_chunked     the same grid in UNet calls of `--chunk-size` pairs
-  chunked_recompute   chunked, each chunk recomputed in backward (`gradient_checkpointing="chunks"`)
+Variants, measured in the same run on the same weights and random draws (interleaved rounds; ratios use the
+fastest round of each variant, the least disturbed by other load; medians are recorded too):
+  plain               the baseline ("before"): every (latent, condition) pair a whole UNet pass, one call
+  prefix              the UNet prefix before the first cross-attention once per latent (`reuse_prefix`)
+  plain_chunks        before: UNet calls of `--chunk-size` pairs, each recomputed whole in backward
+  prefix_chunks       prefix reuse + whole-chunk recompute
+  prefix_pointwise    prefix reuse + recompute of norms / activations / element-wise ops only
+  prefix_selective    prefix reuse + recompute of those and the linear layers (conv, attention kept)
+  prefix_auto         prefix reuse + selective recompute, chunk size from the free CUDA memory (CUDA only)
+  *_compiled          the same with `compile_unet` (`--compile`)
+  algorithm1_loop     Algorithm 1's per-anchor loop, one UNet call per anchor (`--loop`)
 Every variant must give the same loss (checked, `losses_match`).
 
-    python benchmarks/dcr_step.py                  # tiny CLIP + tiny UNet on the CPU (a quick check)
-    python benchmarks/dcr_step.py --real           # ViT-L/14 @224 + the SD-2.1-base UNet/VAE architectures
+    python benchmarks/dcr_step.py                  # a mid-size CLIP + SD-style UNet on the CPU
+    python benchmarks/dcr_step.py --real --compile --tf32 --autocast
+                                                   # ViT-L/14 @224 + the SD-2.1-base UNet/VAE architectures
                                                    # (random weights), batch 16, bf16 UNet, on the GPU
+    python benchmarks/dcr_step.py --real-unet-flops
+                                                   # the FLOPs of the real step's UNet grid per variant,
+                                                   # counted on the meta device (no GPU, no compute)
 
 Stage 2 (LoRA on the encoder) by default, the heavier stage; `--stage projector` for stage 1.
-Memory: on CUDA the peak allocated during forward+backward; on CPU (no allocator statistics) the bytes of the
-tensors saved for backward (the activation memory, which is what differs between variants).
-Writes benchmarks/results/dcr_step.json; ratios are against algorithm1_loop.
+Memory: on CUDA the peak allocated during the step (absolute, weights included, and the step's own part); on
+the CPU (no allocator statistics) the peak bytes of the tensors the step creates (`memory.LiveMemory`).
+FLOPs: counted with `torch.utils.flop_counter.FlopCounterMode` on one eager step of each variant (recompute
+included: `flops_executed`); `model_tflops_per_s` divides the plain step's count (the work a step needs) by
+the variant's time. Compiled variants execute their eager twin's FLOPs. On the CPU the attention kernel has
+no FLOP formula, so the CPU counts leave attention out. Writes benchmarks/results/dcr_step.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-from hf_vrl.methods.dcr.diffusion import FrozenDiffusion, load_diffusion, sd_ddpm_scheduler, tiny_diffusion
+from hf_vrl.methods.dcr.diffusion import FrozenDiffusion, sd_ddpm_scheduler
 from hf_vrl.methods.dcr.loss import dcr_loss
+from hf_vrl.methods.dcr.memory import LiveMemory
 from hf_vrl.methods.dcr.task import DCRTask, DCRTaskConfig
-from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.methods.dcr.trainer import LoraSettings, prepare_stage
 from hf_vrl.models.dcr import DCRModel
 
 RESULTS = Path(__file__).parent / "results" / "dcr_step.json"
-BASELINE = "algorithm1_loop"
+BASELINE = "plain"
 
 # SD-2.1-base (stabilityai/stable-diffusion-2-1-base unet/ and vae/ configs) and OpenAI ViT-L/14 @224
 SD21_UNET = dict(
@@ -73,29 +85,59 @@ VIT_L14 = dict(
     image_size=224,
     projection_dim=768,
 )
+# The mid size: the same layouts, 1/10 of the UNet's widths, 112-px images (14 x 14 latents: like SD at 224
+# px, not a multiple of 2^3, so the UNet passes its upsample sizes), a 4-layer ViT
+MID_UNET = SD21_UNET | dict(block_out_channels=(32, 64, 128, 128), attention_head_dim=(2, 4, 8, 8))
+MID_UNET |= dict(cross_attention_dim=128, norm_num_groups=16)
+MID_VAE = SD21_VAE | dict(block_out_channels=(16, 32, 64, 64), norm_num_groups=8, layers_per_block=1)
+MID_VIT = dict(
+    hidden_size=128,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    patch_size=16,
+    image_size=112,
+    projection_dim=128,
+)
 
 
-def build_real(device: str) -> tuple[DCRModel, FrozenDiffusion]:
+def build(real: bool, device: str, dtype: torch.dtype) -> tuple[DCRModel, dict]:
+    """The encoder and the frozen parts (UNet, VAE, scheduler, empty-prompt embedding), random weights."""
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
 
-    tower = CLIPVisionModelWithProjection(CLIPVisionConfig(**VIT_L14))
-    model = DCRModel.from_clip(tower, condition_dim=1024, num_condition_tokens=77)
-    null = torch.randn(1, 77, 1024)
-    diffusion = FrozenDiffusion(
-        UNet2DConditionModel(**SD21_UNET),
-        AutoencoderKL(**SD21_VAE),
-        sd_ddpm_scheduler(),
-        null,
-        torch.bfloat16,
+    vit, unet, vae = (VIT_L14, SD21_UNET, SD21_VAE) if real else (MID_VIT, MID_UNET, MID_VAE)
+    width = unet["cross_attention_dim"]
+    tower = CLIPVisionModelWithProjection(CLIPVisionConfig(**vit))
+    model = DCRModel.from_clip(tower, condition_dim=width, num_condition_tokens=77).to(device)
+    parts = dict(
+        unet=UNet2DConditionModel(**unet).to(device, dtype),
+        vae=AutoencoderKL(**vae).to(device, dtype),
+        scheduler=sd_ddpm_scheduler(),
+        null_text_embeds=torch.randn(1, 77, width, device=device),
+        dtype=dtype,
     )
-    return model.to(device), diffusion.to(device)
+    return model, parts
 
 
-def build_tiny(device: str, image_size: int) -> tuple[DCRModel, FrozenDiffusion]:
-    folder = tiny_diffusion(tempfile.mkdtemp(), image_size=image_size, text_context_length=8)
-    model = DCRModel.from_clip(tiny_clip(image_size=image_size), condition_dim=16, num_condition_tokens=8)
-    return model.to(device), load_diffusion(folder, dtype="float32", device=device)
+def variant_settings(chunk: int, device: str, compile_unet: bool, loop: bool) -> dict[str, dict]:
+    """name -> FrozenDiffusion settings and the task's unet_chunk_size."""
+    variants = {
+        "plain": dict(reuse_prefix=False, gradient_checkpointing="none", chunk=None),
+        "prefix": dict(reuse_prefix=True, gradient_checkpointing="none", chunk=None),
+        "plain_chunks": dict(reuse_prefix=False, gradient_checkpointing="chunks", chunk=chunk),
+        "prefix_chunks": dict(reuse_prefix=True, gradient_checkpointing="chunks", chunk=chunk),
+        "prefix_pointwise": dict(reuse_prefix=True, gradient_checkpointing="pointwise", chunk=chunk),
+        "prefix_selective": dict(reuse_prefix=True, gradient_checkpointing="selective", chunk=chunk),
+    }
+    if device.startswith("cuda"):
+        variants["prefix_auto"] = dict(reuse_prefix=True, gradient_checkpointing="selective", chunk="auto")
+    if compile_unet:
+        for name in ("prefix", "prefix_selective"):
+            variants[f"{name}_compiled"] = variants[name] | dict(compile_unet=True)
+    if loop:
+        variants["algorithm1_loop"] = dict(reuse_prefix=True, gradient_checkpointing="none", chunk=None)
+    return variants
 
 
 def algorithm1_loss(task: DCRTask, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -113,27 +155,17 @@ def algorithm1_loss(task: DCRTask, pixel_values: torch.Tensor) -> torch.Tensor:
     return torch.stack(losses).mean()
 
 
-def make_variants(task: DCRTask, chunk: int) -> dict:
-    """Each variant sets the task's chunking/recompute settings itself (they share one task)."""
+def make_step(task: DCRTask, loop: bool, autocast: bool, device: str):
+    def step(pixel_values: torch.Tensor) -> torch.Tensor:
+        context = (
+            torch.autocast(device.split(":")[0], torch.bfloat16) if autocast else contextlib.nullcontext()
+        )
+        with context:
+            loss = algorithm1_loss(task, pixel_values) if loop else task(pixel_values)["loss"]
+        loss.backward()
+        return loss
 
-    def batched(chunk_size, recompute):
-        def run(pixel_values):
-            task.config.unet_chunk_size = chunk_size
-            task.diffusion.gradient_checkpointing = "chunks" if recompute else "none"
-            return task(pixel_values)["loss"]
-
-        return run
-
-    def loop(pixel_values):
-        task.diffusion.gradient_checkpointing = "none"
-        return algorithm1_loss(task, pixel_values)
-
-    return {
-        BASELINE: loop,
-        "batched": batched(None, False),
-        "batched_chunked": batched(chunk, False),
-        "chunked_recompute": batched(chunk, True),
-    }
+    return step
 
 
 def synchronize(device: str) -> None:
@@ -141,95 +173,164 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed_step(fn, model, pixel_values, device: str, seed: int) -> tuple[float, float]:
+def timed(step, model, pixel_values, device: str, seed: int) -> tuple[float, float]:
     """(seconds, loss) of forward + backward from a fixed RNG state."""
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
     synchronize(device)
     start = time.perf_counter()
-    loss = fn(pixel_values)
-    loss.backward()
+    loss = step(pixel_values)
     synchronize(device)
     return time.perf_counter() - start, loss.item()
 
 
-def memory_bytes(fn, model, pixel_values, device: str, seed: int) -> int:
+def memory(step, model, pixel_values, device: str, seed: int) -> dict[str, float]:
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
     if device.startswith("cuda"):
-        torch.cuda.synchronize()
+        synchronize(device)
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        fn(pixel_values).backward()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - before
-    seen: dict[int, int] = {}
+        step(pixel_values)
+        synchronize(device)
+        peak = torch.cuda.max_memory_allocated()
+        return {"peak_gb": peak / 2**30, "step_peak_gb": (peak - before) / 2**30}
+    with LiveMemory() as live:
+        step(pixel_values)
+    return {"step_peak_gb": live.peak / 2**30}
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-        return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = fn(pixel_values)
-    loss.backward()
-    return sum(seen.values())
+def flops(step, model, pixel_values, seed: int) -> int:
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    with FlopCounterMode(display=False) as counter:
+        step(pixel_values)
+    return counter.get_total_flops()
 
 
 def run(args: argparse.Namespace) -> dict:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
-    if args.real:
-        model, diffusion = build_real(device)
-    else:
-        model, diffusion = build_tiny(device, args.image_size)
-    task = DCRTask(model, diffusion, DCRTaskConfig()).to(device).train()
+    dtype = torch.bfloat16 if args.real else torch.float32
+    model, parts = build(args.real, device, dtype)
     trainable = prepare_stage(model, args.stage, LoraSettings())
     trainable.train()
     size = model.config.vision_config.image_size
     pixel_values = torch.rand(args.batch_size, 3, size, size, device=device)
     chunk = args.chunk_size or args.batch_size + 1
-    variants = make_variants(task, chunk)
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    steps, eager_twin = {}, {}
+    for name, settings in variant_settings(chunk, device, args.compile, args.loop).items():
+        diffusion = FrozenDiffusion(
+            gradient_checkpointing=settings["gradient_checkpointing"],
+            reuse_prefix=settings["reuse_prefix"],
+            compile_unet=settings.get("compile_unet", False),
+            **parts,
+        )
+        task = DCRTask(model, diffusion, DCRTaskConfig(unet_chunk_size=settings["chunk"])).to(device).train()
+        steps[name] = make_step(task, name == "algorithm1_loop", args.autocast, device)
+        eager_twin[name] = name.removesuffix("_compiled")
+    times: dict[str, list[float]] = {name: [] for name in steps}
     losses: dict[str, float] = {}
-    for fn in variants.values():  # warm-up
-        timed_step(fn, model, pixel_values, device, args.seed)
+    for step in steps.values():  # warm-up (and compilation)
+        timed(step, model, pixel_values, device, args.seed)
     for _ in range(args.rounds):
-        for name, fn in variants.items():
-            seconds, losses[name] = timed_step(fn, model, pixel_values, device, args.seed)
+        for name, step in steps.items():
+            seconds, losses[name] = timed(step, model, pixel_values, device, args.seed)
             times[name].append(seconds)
-    memory = {name: memory_bytes(fn, model, pixel_values, device, args.seed) for name, fn in variants.items()}
-    reference = losses[BASELINE]
-    results = {
-        name: {
-            "seconds_min": min(times[name]),
+    mem = {name: memory(step, model, pixel_values, device, args.seed) for name, step in steps.items()}
+    counted = {
+        name: flops(step, model, pixel_values, args.seed)
+        for name, step in steps.items()
+        if eager_twin[name] == name
+    }
+    model_flops = counted[BASELINE]
+    results = {}
+    for name in steps:
+        seconds = min(times[name])
+        executed = counted[eager_twin[name]]
+        results[name] = {
+            "seconds_min": seconds,
             "seconds_median": statistics.median(times[name]),
-            "memory_mb": memory[name] / 2**20,
+            **mem[name],
+            "tflop_executed": executed / 1e12,
+            "tflops_per_s": executed / seconds / 1e12,
+            "model_tflops_per_s": model_flops / seconds / 1e12,
             "loss": losses[name],
         }
-        for name in variants
-    }
+    base = results[BASELINE]
     for r in results.values():
-        r["speedup_vs_algorithm1"] = results[BASELINE]["seconds_min"] / r["seconds_min"]
-        r["memory_vs_algorithm1"] = r["memory_mb"] / results[BASELINE]["memory_mb"]
+        r["speedup_vs_plain"] = base["seconds_min"] / r["seconds_min"]
+        r["memory_vs_plain"] = r["step_peak_gb"] / base["step_peak_gb"]
+    reference = losses[BASELINE]
     return {
         "setup": {
             "model": "ViT-L/14@224 + SD-2.1-base UNet/VAE (random weights, bf16 UNet/VAE)"
             if args.real
-            else "tiny",
+            else "mid: 4-layer 128-wide ViT/16 @112 + the SD-2.1 UNet/VAE layouts at 1/10 width (fp32)",
             "stage": args.stage,
             "batch_size": args.batch_size,
             "unet_passes_per_step": args.batch_size**2 + args.batch_size,
             "chunk_size": chunk,
             "rounds": args.rounds,
+            "tf32_cudnn_benchmark": args.tf32,
+            "autocast_bf16": args.autocast,
+            "threads": torch.get_num_threads(),
             "device": torch.cuda.get_device_name()
             if device.startswith("cuda")
             else platform.processor() or "cpu",
-            "memory": "peak CUDA allocated" if device.startswith("cuda") else "bytes saved for backward",
+            "memory": "peak CUDA allocated" if device.startswith("cuda") else "peak bytes of step tensors",
             "torch": torch.__version__,
         },
-        "losses_match": all(abs(v - reference) <= 1e-3 * max(1.0, abs(reference)) for v in losses.values()),
+        "losses_match": all(abs(v - reference) <= 2e-3 * max(1.0, abs(reference)) for v in losses.values()),
         "results": results,
+    }
+
+
+def real_unet_flops(batch_size: int) -> dict:
+    """FLOPs of the B^2+B UNet passes of a real step (SD-2.1-base UNet at 28 x 28 latents, bf16), forward and
+    forward + backward, per variant; counted on the meta device, where attention runs as matmuls."""
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    with torch.device("meta"):
+        parts = dict(
+            unet=UNet2DConditionModel(**SD21_UNET).to(torch.bfloat16),
+            vae=AutoencoderKL(**SD21_VAE).to(torch.bfloat16),
+            scheduler=sd_ddpm_scheduler(),
+            null_text_embeds=torch.zeros(1, 77, 1024),
+            dtype=torch.bfloat16,
+        )
+    rows = torch.arange(batch_size, device="meta")
+    latent_index = torch.cat([rows.repeat_interleave(batch_size), rows])
+    condition_index = torch.cat([rows.repeat(batch_size), rows + batch_size])
+    noisy = torch.randn(batch_size, 4, 28, 28, device="meta")
+    timesteps = torch.zeros(batch_size, dtype=torch.long, device="meta")
+    report = {}
+    for name, settings in variant_settings(batch_size + 1, "cpu", False, False).items():
+        diffusion = FrozenDiffusion(
+            gradient_checkpointing=settings["gradient_checkpointing"],
+            reuse_prefix=settings["reuse_prefix"],
+            **parts,
+        ).to("meta")
+        conditions = torch.randn(2 * batch_size, 77, 1024, device="meta", requires_grad=True)
+        with FlopCounterMode(display=False) as counter:
+            out = diffusion.predict(
+                noisy, timesteps, conditions, latent_index, condition_index, settings["chunk"]
+            )
+            forward = counter.get_total_flops()
+            out.sum().backward()
+        report[name] = {
+            "forward_tflop": forward / 1e12,
+            "forward_backward_tflop": counter.get_total_flops() / 1e12,
+        }
+    base = report[BASELINE]["forward_backward_tflop"]
+    for r in report.values():
+        r["vs_plain"] = r["forward_backward_tflop"] / base
+    return {
+        "setup": {"batch_size": batch_size, "unet_passes": batch_size**2 + batch_size},
+        "unet_grid": report,
     }
 
 
@@ -238,23 +339,41 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--real", action="store_true", help="ViT-L/14@224 + SD-2.1-base sizes, batch 16 (GPU)"
     )
-    parser.add_argument("--batch-size", type=int, default=None, help="images per step (tiny 4, real 16)")
-    parser.add_argument("--chunk-size", type=int, default=None, help="UNet pairs per call (default B+1)")
-    parser.add_argument("--image-size", type=int, default=16, help="tiny mode only")
+    parser.add_argument(
+        "--real-unet-flops", action="store_true", help="count the real UNet grid's FLOPs on the meta device"
+    )
+    parser.add_argument("--batch-size", type=int, default=None, help="images per step (mid 8, real 16)")
+    parser.add_argument("--chunk-size", type=int, default=None, help="UNet pairs per recomputed call (B+1)")
     parser.add_argument("--stage", choices=("projector", "encoder"), default="encoder")
+    parser.add_argument("--compile", action="store_true", help="also the compile_unet variants")
+    parser.add_argument("--loop", action="store_true", help="also Algorithm 1's per-anchor loop")
+    parser.add_argument("--tf32", action="store_true", help="TF32 matmuls/convolutions and cudnn.benchmark")
+    parser.add_argument("--autocast", action="store_true", help="bf16 autocast around the step (the encoder)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    args.batch_size = args.batch_size or (16 if args.real else 4)
+    args.batch_size = args.batch_size or (16 if args.real or args.real_unet_flops else 8)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.real_unet_flops:
+        report = real_unet_flops(args.batch_size)
+        output = args.output.with_name("dcr_step_real_unet_flops.json")
+        output.write_text(json.dumps(report, indent=2) + "\n")
+        for name, r in report["unet_grid"].items():
+            print(f"{name:<18} {r['forward_backward_tflop']:7.2f} TFLOP  x{r['vs_plain']:5.3f}")
+        print(f"written to {output}")
+        return report
     report = run(args)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     for name, r in report["results"].items():
         print(
-            f"{name:<18} {r['seconds_min']:8.3f} s  x{r['speedup_vs_algorithm1']:5.2f} speed  "
-            f"{r['memory_mb']:9.1f} MB  x{r['memory_vs_algorithm1']:5.2f} memory  loss {r['loss']:.5f}"
+            f"{name:<26} {r['seconds_min']:8.3f} s  x{r['speedup_vs_plain']:5.2f} speed  "
+            f"{r['step_peak_gb'] * 1024:9.1f} MB  x{r['memory_vs_plain']:5.2f} memory  "
+            f"{r['tflops_per_s'] * 1e3:8.1f} GFLOP/s  loss {r['loss']:.5f}"
         )
     print(f"losses match: {report['losses_match']}; written to {args.output}")
     return report

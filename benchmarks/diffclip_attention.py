@@ -1,64 +1,57 @@
-"""Forward+backward time and memory of a DiffCLIP vision tower against a CLIP vision tower of the same size.
+"""DiffCLIP at the cost of CLIP: the full two-tower training step against transformers' CLIPModel, and the
+differential-attention layer against timm's `DiffAttention`.
 
-Variants, all measured in the same run on the same weights and inputs (interleaved rounds; the ratios use the
-fastest round of each variant, the least disturbed by other load; medians are recorded too):
-  clip_sdpa / clip_eager          transformers CLIPVisionModel
-  diffclip_sdpa / diffclip_eager  hf_vrl DiffCLIPVisionModel (SDPA: one kernel call over H heads, paired V)
-  official_eager                  the same DiffCLIP tower, each attention replaced by a plain copy of the
-                                  released DiffAttention math: matmul, softmax, pairs, λ, RMSNorm, ×(1−λ_init)
+Step (`--part step`): forward + backward of the contrastive loss of both towers, same sizes (ViT-B/16 image
+tower, CLIP's 12-layer 512-wide text tower, 77 padded tokens), same inputs; variants measured in the same run:
+  clip              transformers CLIPModel                                        (the baseline)
+  diffclip          hf_vrl DiffCLIPModel: two kernel calls per layer, fused tail, fused q/k/v
+  diffclip_plain    the same model with the plain (unfused) differential tail
+  open_clip         open_clip ViT-B-16, where open_clip is installed
+each eager and, with `--compile`, `torch.compile`d (names suffixed `_compiled`; not the plain-tail variant).
+Layer (`--part layer`): one attention layer, 768 wide, 12 heads (6 differential), 197 tokens, same weights:
+  timm              timm's `timm.layers.diff_attention.DiffAttention` (the baseline)
+  diffclip          hf_vrl DiffCLIPAttention (fused tail, fused q/k/v)
+  diffclip_plain    the same with the plain tail
 
-    python benchmarks/diffclip_attention.py                  # ViT-B/16: 768 wide, 12 layers, 12 heads, 224 px
-    python benchmarks/diffclip_attention.py --small          # a quick CPU check on a tiny tower
-    python benchmarks/diffclip_attention.py --device cuda --dtype bfloat16 --batch-size 64
-    python benchmarks/diffclip_attention.py --threads 1 --batch-size 1  # a shared CPU (times are CPU time)
+    python benchmarks/diffclip_attention.py                       # CPU: both parts, batch 2 / 8, eager
+    python benchmarks/diffclip_attention.py --compile             # adds the torch.compile'd step variants
+    python benchmarks/diffclip_attention.py --device cuda --dtype bfloat16 --batch-size 256 --compile
 
-Memory: on CUDA the peak allocated during forward+backward; on CPU (no allocator statistics) the bytes of
-tensors saved for backward, i.e. the activation memory, which is what differs between the variants.
-Writes benchmarks/results/diffclip_attention.json; ratios are against clip_sdpa.
+Rounds are interleaved; ratios use the fastest round of each variant (the least disturbed by other load),
+medians are recorded too. Time: wall clock on CUDA, this process's CPU time on the CPU (robust on a shared
+machine). Memory: on CUDA the peak allocated during forward+backward (eager and compiled); on the CPU, which
+has no allocator statistics, the bytes of the tensors autograd saves for backward (eager variants only; a
+compiled graph keeps its own). With `--dtype bfloat16` the step runs under autocast with float32 weights.
+Writes benchmarks/results/diffclip_attention.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import importlib.util
 import json
 import platform
 import statistics
+import sys
 import time
+import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import CLIPVisionConfig, CLIPVisionModel
+from transformers import CLIPConfig, CLIPModel
 
-from hf_vrl.models.diffclip import DiffCLIPVisionConfig, DiffCLIPVisionModel
+from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel, DiffCLIPVisionConfig
 from hf_vrl.models.diffclip.modeling_diffclip import DiffCLIPAttention
 
 RESULTS = Path(__file__).parent / "results" / "diffclip_attention.json"
-BASELINE = "clip_sdpa"
-
-
-class ReleasedDiffAttention(nn.Module):
-    """The released DiffCLIP `DiffAttention` forward, written plainly; shares the weights of `source`."""
-
-    def __init__(self, source: DiffCLIPAttention):
-        super().__init__()
-        self.source = source
-
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        s = self.source
-        batch, tokens, width = hidden_states.shape
-        heads, head_dim = s.num_heads, s.head_dim
-        q = s.q_proj(hidden_states).view(batch, tokens, heads, head_dim).transpose(1, 2) * head_dim**-0.5
-        k = s.k_proj(hidden_states).view(batch, tokens, heads, head_dim).transpose(1, 2)
-        v = s.v_proj(hidden_states).view(batch, tokens, heads // 2, 2 * head_dim).transpose(1, 2)
-        attn = torch.softmax(q @ k.transpose(-1, -2), dim=-1).view(batch, heads // 2, 2, tokens, tokens)
-        lambda_1 = torch.exp(torch.sum(s.lambda_q1 * s.lambda_k1, dim=-1).float()).type_as(q)
-        lambda_2 = torch.exp(torch.sum(s.lambda_q2 * s.lambda_k2, dim=-1).float()).type_as(q)
-        lambda_full = lambda_1 - lambda_2 + s.lambda_init
-        out = (attn[:, :, 0] - lambda_full * attn[:, :, 1]) @ v
-        normed = out.float() * torch.rsqrt(out.float().pow(2).mean(-1, keepdim=True) + s.diff_norm.eps)
-        out = normed.type_as(out) * s.diff_norm.weight * (1 - s.lambda_init)
-        return s.out_proj(out.transpose(1, 2).reshape(batch, tokens, width)), None
+VISION = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12}
+VISION |= {"image_size": 224, "patch_size": 16}
+TEXT = {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 8}
+TEXT |= {"max_position_embeddings": 77}
 
 
 def cpu_name() -> str:
@@ -72,181 +65,252 @@ def cpu_name() -> str:
     )
 
 
-def tower_kwargs(args: argparse.Namespace) -> dict:
-    if args.small:
-        return {
-            "hidden_size": 64,
-            "intermediate_size": 256,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "image_size": 64,
-            "patch_size": 8,
-        }
+def set_fused_tail(model: nn.Module, fused: bool) -> nn.Module:
+    for module in model.modules():
+        if isinstance(module, DiffCLIPAttention):
+            module.fused_tail = fused
+    return model
+
+
+def open_clip_model() -> nn.Module | None:
+    """open_clip's ViT-B-16 (random weights), or None where open_clip cannot be imported."""
+    try:
+        import open_clip
+    except Exception:  # not installed, or its torchvision does not match this torch
+        return None
+    return open_clip.create_model("ViT-B-16")
+
+
+def step_batch(batch_size: int, device: str) -> dict[str, torch.Tensor]:
+    """Images and captions padded to 77 tokens (lengths from 12 up), EOS (49407) at each caption's end."""
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(1, 49406, (batch_size, 77), generator=generator)
+    attention_mask = torch.zeros_like(input_ids)
+    for row in range(batch_size):
+        length = 12 + (row * 23) % 60
+        input_ids[row, 0], input_ids[row, length - 1], input_ids[row, length:] = 49406, 49407, 0
+        attention_mask[row, :length] = 1
+    pixel_values = torch.randn(batch_size, 3, 224, 224, generator=generator)
     return {
-        "hidden_size": 768,
-        "intermediate_size": 3072,
-        "num_hidden_layers": args.layers,
-        "num_attention_heads": 12,
-        "image_size": 224,
-        "patch_size": 16,
+        "input_ids": input_ids.to(device),
+        "attention_mask": attention_mask.to(device),
+        "pixel_values": pixel_values.to(device),
     }
 
 
-def build_variants(args: argparse.Namespace) -> dict[str, nn.Module]:
-    kwargs = tower_kwargs(args)
+def step_variants(args: argparse.Namespace) -> dict[str, tuple[nn.Module, Callable]]:
+    """name -> (model, loss function of a batch)."""
+    kwargs = {"text_config": TEXT, "vision_config": VISION, "projection_dim": 512}
     torch.manual_seed(0)
-    clip_state = CLIPVisionModel(CLIPVisionConfig(**kwargs)).state_dict()
-    diffclip_state = DiffCLIPVisionModel(DiffCLIPVisionConfig(**kwargs)).state_dict()
-    variants = {}
-    for implementation in ("sdpa", "eager"):
-        for name, model_class, config_class, state in (
-            ("clip", CLIPVisionModel, CLIPVisionConfig, clip_state),
-            ("diffclip", DiffCLIPVisionModel, DiffCLIPVisionConfig, diffclip_state),
-        ):
-            model = model_class(config_class(**kwargs))
-            model.load_state_dict(state)
-            model.set_attn_implementation(implementation)
-            variants[f"{name}_{implementation}"] = model
-    official = DiffCLIPVisionModel(DiffCLIPVisionConfig(**kwargs))
-    official.load_state_dict(diffclip_state)
-    for layer in official.encoder.layers:
-        layer.self_attn = ReleasedDiffAttention(layer.self_attn)
-    variants["official_eager"] = official
-    dtype = getattr(torch, args.dtype)
-    return {name: model.to(args.device, dtype).train() for name, model in variants.items()}
+    models = {"clip": CLIPModel(CLIPConfig(**kwargs)), "diffclip": DiffCLIPModel(DiffCLIPConfig(**kwargs))}
+    models["diffclip_plain"] = set_fused_tail(DiffCLIPModel(DiffCLIPConfig(**kwargs)), False)
+    models["diffclip_plain"].load_state_dict(models["diffclip"].state_dict())
+    for name in ("clip", "diffclip", "diffclip_plain"):
+        models[name].set_attn_implementation("sdpa")
+    losses = dict.fromkeys(models, lambda model, batch: model(**batch, return_loss=True).loss)
+    if (open_clip := open_clip_model()) is not None:
+        from open_clip.loss import ClipLoss
+
+        loss = ClipLoss()
+        models["open_clip"] = open_clip
+        losses["open_clip"] = lambda model, batch: loss(
+            *model(batch["pixel_values"], batch["input_ids"])[:2], model.logit_scale.exp()
+        )
+    variants = {name: (model.to(args.device).train(), losses[name]) for name, model in models.items()}
+    if args.compile:
+        for name in [name for name in variants if name != "diffclip_plain"]:
+            model, loss = variants[name]
+            variants[f"{name}_compiled"] = (torch.compile(model), loss)
+    return variants
 
 
-def step(model: nn.Module, pixel_values: torch.Tensor) -> None:
+def timm_diff_attention() -> type | None:
+    """timm's `DiffAttention` class, imported from its layer file without running `timm/__init__` (which
+    needs torchvision); None where timm is not installed."""
+    spec = importlib.util.find_spec("timm")
+    if spec is None:
+        return None
+    root = spec.submodule_search_locations[0]
+    for package, folder in (("timm", root), ("timm.layers", f"{root}/layers")):
+        if package not in sys.modules:
+            module = types.ModuleType(package)
+            module.__path__ = [folder]
+            sys.modules[package] = module
+    return importlib.import_module("timm.layers.diff_attention").DiffAttention
+
+
+def layer_variants(args: argparse.Namespace) -> dict[str, tuple[nn.Module, Callable]]:
+    """name -> (attention layer, loss of a batch); the timm layer carries the DiffCLIP layer's weights."""
+    config = DiffCLIPVisionConfig(**VISION)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    ours = DiffCLIPAttention(config)
+    with torch.no_grad():
+        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+            getattr(ours, name).normal_(0, 0.1)
+    plain = set_fused_tail(DiffCLIPAttention(config), False)
+    plain.load_state_dict(ours.state_dict())
+    variants = {"diffclip": ours, "diffclip_plain": plain}
+    diff_attention = timm_diff_attention()
+    if diff_attention is not None:
+        timm = diff_attention(config.hidden_size, num_heads=config.num_attention_heads // 2, qkv_bias=True)
+        timm.lambda_init = ours.lambda_init
+        with torch.no_grad():
+            timm.qkv.weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+            timm.qkv.bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+            timm.proj.load_state_dict(ours.out_proj.state_dict())
+            timm.sub_norm.weight.copy_(ours.diff_norm.weight)
+            for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+                getattr(timm, name).copy_(getattr(ours, name))
+        variants = {"timm": timm, **variants}
+
+    def loss(layer: nn.Module, batch: dict) -> torch.Tensor:
+        output = layer(batch["hidden_states"])
+        return (output[0] if isinstance(output, tuple) else output).float().pow(2).mean()
+
+    return {name: (layer.to(args.device).train(), loss) for name, layer in variants.items()}
+
+
+def layer_batch(batch_size: int, device: str) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(batch_size, 197, VISION["hidden_size"], generator=generator)
+    return {"hidden_states": hidden.to(device)}
+
+
+def autocast(args: argparse.Namespace):
+    if args.dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=args.device.split(":")[0], dtype=getattr(torch, args.dtype))
+
+
+def run_step(model: nn.Module, loss: Callable, batch: dict, args: argparse.Namespace) -> torch.Tensor:
     model.zero_grad(set_to_none=True)
-    model(pixel_values=pixel_values).pooler_output.float().pow(2).mean().backward()
+    with autocast(args):
+        value = loss(model, batch)
+    value.backward()
+    return value.detach()
 
 
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def activation_bytes(model: nn.Module, pixel_values: torch.Tensor) -> int:
-    """Bytes of the distinct storages autograd saves for backward during one forward."""
+def saved_bytes(model: nn.Module, loss: Callable, batch: dict, args: argparse.Namespace) -> int:
+    """Bytes of the distinct storages autograd saves for backward during one forward (parameters excluded)."""
     storages = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        model(pixel_values=pixel_values).pooler_output.float().pow(2).mean().backward()
+        run_step(model, loss, batch, args)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     return sum(size for pointer, size in storages.items() if pointer not in params)
 
 
-def peak_cuda_bytes(model: nn.Module, pixel_values: torch.Tensor) -> int:
-    torch.cuda.empty_cache()
+def peak_cuda_bytes(model: nn.Module, loss: Callable, batch: dict, args: argparse.Namespace) -> int:
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    step(model, pixel_values)
+    run_step(model, loss, batch, args)
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - before
 
 
-def run(args: argparse.Namespace) -> dict:
-    variants = build_variants(args)
-    kwargs = tower_kwargs(args)
-    pixel_values = torch.randn(
-        args.batch_size,
-        3,
-        kwargs["image_size"],
-        kwargs["image_size"],
-        device=args.device,
-        dtype=getattr(torch, args.dtype),
-    )
-    with torch.no_grad():
-        reference = variants["diffclip_eager"](pixel_values=pixel_values).pooler_output.float()
-        agreement = {
-            name: (variants[name](pixel_values=pixel_values).pooler_output.float() - reference)
-            .abs()
-            .max()
-            .item()
-            for name in ("diffclip_sdpa", "official_eager")
-        }
-    for model in variants.values():
-        for _ in range(args.warmup):
-            step(model, pixel_values)
-    clock = time.process_time if args.timer == "cpu" else time.perf_counter
+def measure(variants: dict, batch: dict, baseline: str, args: argparse.Namespace) -> dict:
+    cuda = args.device.startswith("cuda")
+    losses = {name: run_step(model, loss, batch, args).item() for name, (model, loss) in variants.items()}
+    for _ in range(args.warmup):
+        for model, loss in variants.values():
+            run_step(model, loss, batch, args)
+    clock = time.perf_counter if cuda else time.process_time
     times = {name: [] for name in variants}
     for _ in range(args.iterations):
-        for name, model in variants.items():
-            synchronize(args.device)
+        for name, (model, loss) in variants.items():
+            if cuda:
+                torch.cuda.synchronize()
             start = clock()
-            step(model, pixel_values)
-            synchronize(args.device)
+            run_step(model, loss, batch, args)
+            if cuda:
+                torch.cuda.synchronize()
             times[name].append(clock() - start)
-    memory_kind = "peak_allocated" if args.device.startswith("cuda") else "saved_activations"
-    measure = peak_cuda_bytes if args.device.startswith("cuda") else activation_bytes
-    memory = {name: measure(model, pixel_values) for name, model in variants.items()}
+    if cuda:
+        memory = {name: peak_cuda_bytes(model, loss, batch, args) for name, (model, loss) in variants.items()}
+    else:
+        memory = {
+            name: saved_bytes(model, loss, batch, args)
+            for name, (model, loss) in variants.items()
+            if not name.endswith("_compiled")
+        }
     best = {name: min(values) for name, values in times.items()}
     median = {name: statistics.median(values) for name, values in times.items()}
-    return {
-        "benchmark": "diffclip_attention",
-        "device": args.device,
-        "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name(),
-        "threads": torch.get_num_threads(),
-        "timer": "process CPU time" if args.timer == "cpu" else "wall clock",
-        "dtype": args.dtype,
-        "batch_size": args.batch_size,
-        "iterations": args.iterations,
-        "tower": kwargs,
-        "torch": torch.__version__,
-        "baseline": BASELINE,
-        "max_abs_diff_vs_diffclip_eager": agreement,
+
+    def ratios(values: dict, base: str) -> dict:
+        return {name: round(value / values[base], 3) for name, value in values.items()}
+
+    result = {
+        "baseline": baseline,
+        "batch_size": next(iter(batch.values())).shape[0],
+        "loss": {name: round(value, 5) for name, value in losses.items()},
         "time_ms": {name: round(1000 * value, 2) for name, value in best.items()},
-        "time_ratio": {name: round(value / best[BASELINE], 3) for name, value in best.items()},
+        "time_ratio": ratios(best, baseline),
         "median_time_ms": {name: round(1000 * value, 2) for name, value in median.items()},
-        "median_time_ratio": {name: round(value / median[BASELINE], 3) for name, value in median.items()},
-        "memory_kind": memory_kind,
+        "median_time_ratio": ratios(median, baseline),
+        "memory_kind": "peak_allocated" if cuda else "saved_activations",
         "memory_mb": {name: round(value / 2**20, 1) for name, value in memory.items()},
-        "memory_ratio": {name: round(value / memory[BASELINE], 3) for name, value in memory.items()},
+        "memory_ratio": ratios(memory, baseline),
     }
+    if f"{baseline}_compiled" in best:
+        compiled = {name: value for name, value in best.items() if name.endswith("_compiled")}
+        result["compiled_time_ratio"] = ratios(compiled, f"{baseline}_compiled")
+    return result
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument(
-        "--batch-size", type=int, default=None, help="default: 64 on CUDA, 2 on CPU, 8 with --small"
-    )
+    parser.add_argument("--part", choices=["step", "layer", "both"], default="both")
+    parser.add_argument("--batch-size", type=int, default=None, help="step batch; default 256 CUDA, 2 CPU")
+    parser.add_argument("--layer-batch-size", type=int, default=None, help="default 256 CUDA, 8 CPU")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--layers", type=int, default=12, help="encoder depth of the ViT-B/16 tower")
-    parser.add_argument("--small", action="store_true", help="a tiny tower, for a quick CPU check")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
-    )
-    parser.add_argument(
-        "--timer",
-        choices=["wall", "cpu"],
-        default=None,
-        help="wall clock, or this process's CPU time (robust when the CPU is shared); default wall on CUDA",
-    )
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile'd step variants")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if args.timer is None:
-        args.timer = "wall" if args.device.startswith("cuda") else "cpu"
-    if args.batch_size is None:
-        args.batch_size = 8 if args.small else (64 if args.device.startswith("cuda") else 2)
-    result = run(args)
+    cuda = args.device.startswith("cuda")
+    step_size = args.batch_size or (256 if cuda else 2)
+    layer_size = args.layer_batch_size or (256 if cuda else 8)
+    result = {
+        "benchmark": "diffclip_attention",
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
+        "threads": torch.get_num_threads(),
+        "timer": "wall clock" if cuda else "process CPU time",
+        "dtype": args.dtype,
+        "iterations": args.iterations,
+        "torch": torch.__version__,
+    }
+    if args.part in ("step", "both"):
+        variants = step_variants(args)
+        result["step"] = measure(variants, step_batch(step_size, args.device), "clip", args)
+        result["step"]["open_clip"] = "measured" if "open_clip" in variants else "not importable here"
+        del variants
+    if args.part in ("layer", "both"):
+        variants = layer_variants(args)
+        batch = layer_batch(layer_size, args.device)
+        with torch.no_grad(), autocast(args):
+            outputs = {name: layer(batch["hidden_states"]) for name, (layer, _) in variants.items()}
+        outputs = {name: (out[0] if isinstance(out, tuple) else out).float() for name, out in outputs.items()}
+        baseline = "timm" if "timm" in variants else "diffclip_plain"
+        result["layer"] = measure(variants, batch, baseline, args)
+        result["layer"]["max_abs_diff_vs_baseline"] = {
+            name: (out - outputs[baseline]).abs().max().item() for name, out in outputs.items()
+        }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(
-        json.dumps(
-            {k: result[k] for k in ("time_ms", "time_ratio", "memory_kind", "memory_mb", "memory_ratio")},
-            indent=2,
-        )
-    )
+    print(json.dumps(result, indent=2))
     return result
 
 

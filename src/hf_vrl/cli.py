@@ -1,4 +1,9 @@
-"""The `hf-vrl` command: a thin dispatcher; each subcommand is a `main(argv)` in its own module."""
+"""The `hf-vrl` command: a thin dispatcher; each subcommand is a `main(argv)` in its own module.
+
+Expected mistakes (`hf_vrl.errors.UserError`, and the library errors `hf_vrl.errors.explain` recognises: a
+missing path, an unreachable Hub id, a damaged weight file) print one or two lines and exit with status 2;
+`--debug` anywhere on the command line shows the traceback instead.
+"""
 
 from __future__ import annotations
 
@@ -8,65 +13,86 @@ import sys
 
 # subcommand -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("hf_vrl.demo", "train tiny models on the embedded toy data and evaluate before/after"),
+    "demo": (
+        "hf_vrl.demo",
+        "train tiny models of each method on the embedded data and evaluate before/after",
+    ),
     "eval": (
         "hf_vrl.evaluation",
         "evaluate a CLIP-like model or vision tower; writes report.json and figures",
     ),
-}
-# method -> (module with main(argv), one-line help)
-TRAIN_METHODS: dict[str, tuple[str, str]] = {
-    "diffclip": ("hf_vrl.methods.diffclip.train", "CLIP / DiffCLIP from scratch with the CLIP loss"),
-    "dcr": (
-        "hf_vrl.methods.dcr.train",
-        "enhance a CLIP vision encoder with a frozen diffusion model (2 stages)",
+    "compare": ("hf_vrl.run.report", "print and plot the reports of several runs side by side"),
+    "export-llava": (
+        "hf_vrl.integrations.llava_export",
+        "put an enhanced vision tower into a LLaVA (LlavaForConditionalGeneration) and save it",
+    ),
+    "llava-align": (
+        "hf_vrl.integrations.llava_align",
+        "relearn a LLaVA's projector for a new vision tower (LLaVA stage 1, trl SFTTrainer)",
     ),
 }
+
+
+def _train_methods() -> dict[str, str]:
+    from hf_vrl.run import METHODS, get_method
+
+    return {name: get_method(name).summary for name in METHODS}
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-vrl",
         description="Visual representation learning on the Hugging Face stack: DiffCLIP, DCR, DiVE, CLUE.",
-        epilog="Run `hf-vrl <command> --help` for the options of a command.",
+        epilog="Run `hf-vrl <command> --help` for the options of a command; add --debug to see tracebacks.",
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>")
+    sub.add_parser("train", help="train one method: " + ", ".join(_train_methods()), add_help=False)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
-    train = sub.add_parser("train", help="train one method: " + ", ".join(TRAIN_METHODS), add_help=False)
-    train.add_argument("method", nargs="?", choices=sorted(TRAIN_METHODS))
     return parser
 
 
 def _train_help() -> str:
     lines = ["usage: hf-vrl train <method> [options]", "", "methods:"]
-    lines += [f"  {name:<10} {help_text}" for name, (_, help_text) in TRAIN_METHODS.items()]
+    lines += [f"  {name:<10} {summary}" for name, summary in _train_methods().items()]
     lines += ["", "Run `hf-vrl train <method> --help` for the options of a method."]
     return "\n".join(lines)
 
 
-def _run(module: str, argv: list[str]) -> int:
-    return int(importlib.import_module(module).main(argv) or 0)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _dispatch(argv: list[str]) -> int:
     parser = _build_parser()
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0
     command, rest = argv[0], argv[1:]
     if command in COMMANDS:
-        return _run(COMMANDS[command][0], rest)
+        return int(importlib.import_module(COMMANDS[command][0]).main(rest) or 0)
     if command == "train":
         if not rest or rest[0] in ("-h", "--help"):
             print(_train_help())
             return 0
-        if rest[0] not in TRAIN_METHODS:
-            parser.error(f"unknown method {rest[0]!r}; choose one of: {', '.join(TRAIN_METHODS)}")
-        return _run(TRAIN_METHODS[rest[0]][0], rest[1:])
-    parser.error(f"unknown command {command!r}; choose one of: {', '.join([*COMMANDS, 'train'])}")
+        from hf_vrl.run import main as train_main
+
+        return train_main(rest[0], rest[1:])
+    parser.error(f"unknown command {command!r}; choose one of: train, {', '.join(COMMANDS)}")
     return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hf_vrl.errors import explain
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [arg for arg in argv if arg != "--debug"]
+    try:
+        return _dispatch(argv)
+    except Exception as error:
+        message = explain(error)
+        if message is None or debug:
+            raise
+        print(f"hf-vrl: error: {message}", file=sys.stderr)
+        print("(run with --debug for the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -2,9 +2,20 @@
 
 A model qualifies when it exposes `get_image_features(pixel_values=...)` (and, for the text tasks,
 `get_text_features(input_ids=..., attention_mask=...)`), as transformers' CLIPModel / SiglipModel and this
-library's models do, or when it is a bare vision tower whose forward returns `pooler_output`
-(CLIPVisionModel); vision towers get the vision-only tasks. Metrics live in `hf_vrl.metrics`; this module
-extracts embeddings and assembles the report.
+library's models do, or when it is a bare vision tower whose forward takes `pixel_values` and returns
+`pooler_output` (CLIPVisionModel); vision towers get the vision-only tasks. Metrics live in `hf_vrl.metrics`;
+this module extracts embeddings (on the model's device and dtype) and assembles the report.
+
+Protocols of the text tasks (`protocol=`; each report entry names the one that produced it):
+- "clip_benchmark" (default), the protocol published numbers use (LAION-AI/CLIP_benchmark):
+  retrieval ranks *all captions of every image* (each caption belongs to its one image; repeated strings stay
+  separate entries), zero-shot uses OpenAI's templates for the dataset, verbatim (`hf_vrl.data.prompts`:
+  the set named by `templates`, else the dataset's own set, else ImageNet's 80, clip_benchmark's fallback).
+- "hf_vrl", the earlier behaviour: retrieval over the *distinct* caption strings (one caption per image, a
+  caption shared by several images matches any of them), zero-shot over hf_vrl's 8 templates with "a" ->
+  "an" before vowels. On template-captioned data its retrieval numbers are far higher and not comparable.
+Ties in any ranking count in expectation over random orders (`hf_vrl.metrics.ranking`); clip_benchmark's
+`torch.topk` orders them arbitrarily.
 """
 
 from __future__ import annotations
@@ -12,16 +23,22 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from transformers.utils.logging import tqdm
 
 from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
+from hf_vrl.devices import module_device, module_dtype, to_device
+from hf_vrl.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +46,9 @@ TASKS = ("zero_shot", "retrieval", "clustering", "linear_probe", "granularity", 
 DEFAULT_TASKS = ("zero_shot", "retrieval", "clustering", "linear_probe")
 TEXT_TASKS = ("zero_shot", "retrieval")
 LABEL_TASKS = ("zero_shot", "clustering", "linear_probe", "granularity")
+PROTOCOLS = ("clip_benchmark", "hf_vrl")
+DEFAULT_PROTOCOL = "clip_benchmark"
+DEFAULT_PROBE_TRAIN_LIMIT = 10_000  # `hf-vrl eval`: linear-probe training images (a seeded subset)
 
 
 # -- embedding extraction --------------------------------------------------------------------------
@@ -39,12 +59,30 @@ def has_text_tower(model: torch.nn.Module) -> bool:
     return callable(getattr(model, "get_text_features", None))
 
 
+def has_image_tower(model: torch.nn.Module) -> bool:
+    """Whether the model embeds images: `get_image_features`, or a forward taking `pixel_values` first."""
+    return (
+        callable(getattr(model, "get_image_features", None))
+        or getattr(model, "main_input_name", None) == "pixel_values"
+    )
+
+
+def check_image_model(model: torch.nn.Module) -> None:
+    """Raise a one-line UserError when `model` cannot embed images (a text-only model, say)."""
+    if not has_image_tower(model):
+        raise UserError(
+            f"{type(model).__name__} embeds no images (no get_image_features, and its forward does not take "
+            "pixel_values): evaluation needs a CLIP-like model or a vision tower."
+        )
+
+
+def _progress(total: int, desc: str) -> Any:
+    """A tqdm bar over `total` items (shown on a terminal only; transformers' switch disables it)."""
+    return tqdm(total=total, desc=desc, unit="item", leave=False, disable=None)
+
+
 def _model_type(model: torch.nn.Module) -> str:
     return str(getattr(getattr(model, "config", None), "model_type", "") or "")
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def _text_kwargs(model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]:
@@ -78,13 +116,17 @@ def _image_embedding(model: torch.nn.Module, pixels: torch.Tensor) -> torch.Tens
 def encode_images(
     model: torch.nn.Module, image_processor: Any, images: Sequence[Any], *, batch_size: int = 64
 ) -> torch.Tensor:
-    """Embed PIL images (a list or a `datasets` column) in batches; returns float32 `[N, D]` on CPU."""
-    device, dtype = _device(model), next(model.parameters()).dtype
+    """Embed PIL images (a list or a `datasets` column) in batches, on the model's device and dtype; returns
+    float32 `[N, D]` on the CPU."""
+    check_image_model(model)
+    device, dtype = module_device(model), module_dtype(model)
     out = []
-    for start in range(0, len(images), batch_size):
-        batch = [_rgb(im) for im in images[start : start + batch_size]]
-        pixels = image_processor(images=batch, return_tensors="pt")["pixel_values"].to(device, dtype)
-        out.append(_image_embedding(model, pixels).float().cpu())
+    with _progress(len(images), "embedding images") as bar:
+        for start in range(0, len(images), batch_size):
+            batch = [_rgb(im) for im in images[start : start + batch_size]]
+            pixels = image_processor(images=batch, return_tensors="pt")["pixel_values"]
+            out.append(_image_embedding(model, to_device(pixels, device, dtype)).float().cpu())
+            bar.update(len(batch))
     if not out:
         raise ValueError("no images to embed")
     return torch.cat(out)
@@ -94,17 +136,21 @@ def encode_images(
 def encode_texts(
     model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256
 ) -> torch.Tensor:
-    """Embed strings in batches with `get_text_features`; returns float32 `[N, D]` on CPU."""
+    """Embed strings in batches with `get_text_features`, on the model's device; returns float32 `[N, D]` on
+    the CPU."""
     if not has_text_tower(model):
         raise TypeError(f"{type(model).__name__} has no get_text_features; text tasks need a CLIP-like model")
     if tokenizer is None:
         raise ValueError("text embedding needs a tokenizer")
-    device, kwargs = _device(model), _text_kwargs(model, tokenizer)
+    device, kwargs = module_device(model), _text_kwargs(model, tokenizer)
     out = []
-    for start in range(0, len(texts), batch_size):
-        enc = tokenizer(list(texts[start : start + batch_size]), return_tensors="pt", **kwargs)
-        inputs = {k: enc[k].to(device) for k in ("input_ids", "attention_mask") if k in enc}
-        out.append(as_embeddings(model.get_text_features(**inputs)).float().cpu())
+    with _progress(len(texts), "embedding texts") as bar:
+        for start in range(0, len(texts), batch_size):
+            batch = list(texts[start : start + batch_size])
+            enc = tokenizer(batch, return_tensors="pt", **kwargs)
+            inputs = {k: enc[k] for k in ("input_ids", "attention_mask") if k in enc}
+            out.append(as_embeddings(model.get_text_features(**to_device(inputs, device))).float().cpu())
+            bar.update(len(batch))
     if not out:
         raise ValueError("no texts to embed")
     return torch.cat(out)
@@ -120,10 +166,32 @@ def _labels(dataset: Any) -> np.ndarray | None:
     return None if (labels < 0).any() else labels
 
 
-def _caption_map(captions: Sequence[str]) -> tuple[list[str], list[list[int]]]:
-    """Unique captions and, per image, the index of its caption (class-prompt captions repeat)."""
+def captions_per_image(dataset: Any) -> list[list[str]]:
+    """The captions of each image: the `caption` column holds one string, or a list of strings, per row."""
+    out = []
+    for i, value in enumerate(dataset["caption"][:]):
+        captions = [value] if isinstance(value, str) else list(value)
+        if not captions:
+            raise ValueError(f"row {i} has no caption")
+        out.append(captions)
+    return out
+
+
+def clip_benchmark_texts(captions: Sequence[Sequence[str]]) -> tuple[list[str], list[list[int]]]:
+    """clip_benchmark's retrieval texts: every caption of every image in order, and per image the indices of
+    its own captions (repeated strings stay separate entries, each belonging to its image)."""
+    texts, mapping = [], []
+    for image_captions in captions:
+        mapping.append(list(range(len(texts), len(texts) + len(image_captions))))
+        texts.extend(image_captions)
+    return texts, mapping
+
+
+def distinct_caption_texts(captions: Sequence[Sequence[str]]) -> tuple[list[str], list[list[int]]]:
+    """The "hf_vrl" protocol's retrieval texts: the distinct strings of the first caption of each image, and
+    per image the index of its caption (a class-prompt caption is shared by many images)."""
     index: dict[str, int] = {}
-    mapping = [[index.setdefault(c, len(index))] for c in captions]
+    mapping = [[index.setdefault(image_captions[0], len(index))] for image_captions in captions]
     return list(index), mapping
 
 
@@ -169,8 +237,53 @@ def evaluate_mmvp(
 def _check_tasks(tasks: Sequence[str]) -> list[str]:
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
-        raise ValueError(f"unknown tasks {unknown}; choose from {list(TASKS)}")
+        raise UserError(f"unknown tasks {unknown}; choose from {list(TASKS)}")
     return list(dict.fromkeys(tasks))
+
+
+def _check_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOLS:
+        raise UserError(f"unknown protocol {protocol!r}; choose from {list(PROTOCOLS)}")
+    return protocol
+
+
+@dataclass(frozen=True)
+class ZeroShotPrompts:
+    """The prompt ensemble of a zero-shot run: templates, how they are filled, and where they come from."""
+
+    templates: tuple[Any, ...]
+    fill: Callable[[str, str], str]
+    source: str  # "openai:<set>", "openai:imagenet (fallback)", "hf_vrl" or "custom"
+
+
+def zero_shot_prompts(
+    protocol: str = DEFAULT_PROTOCOL,
+    dataset_name: str | None = None,
+    templates: str | Sequence[Any] | None = None,
+) -> ZeroShotPrompts:
+    """The templates a zero-shot run uses: `templates` when given (a list, or the name of an OpenAI set such
+    as "cifar10"), else the protocol's default: OpenAI's set for `dataset_name` (ImageNet's 80 when it has
+    none) for "clip_benchmark", hf_vrl's 8 for "hf_vrl". "clip_benchmark" fills them verbatim (str.format),
+    "hf_vrl" with `fill_template` ("a {}" -> "an {}" before a vowel)."""
+    from hf_vrl.data import prompts
+
+    fill = str.format if _check_protocol(protocol) == "clip_benchmark" else prompts.fill_template
+    if isinstance(templates, str):
+        key = prompts.template_set_for(templates)
+        if key is None:
+            raise UserError(
+                f"no template set named {templates!r}; choose from {', '.join(prompts.OPENAI_TEMPLATES)}"
+            )
+        return ZeroShotPrompts(prompts.OPENAI_TEMPLATES[key], fill, f"openai:{key}")
+    if templates is not None:
+        if not templates:
+            raise UserError("templates is empty; pass at least one prompt template or leave it unset")
+        return ZeroShotPrompts(tuple(templates), fill, "custom")
+    if protocol == "hf_vrl":
+        return ZeroShotPrompts(prompts.ZERO_SHOT_TEMPLATES, fill, "hf_vrl")
+    key = prompts.template_set_for(dataset_name)
+    source = f"openai:{key}" if key else f"openai:{prompts.DEFAULT_TEMPLATE_SET} (fallback)"
+    return ZeroShotPrompts(tuple(prompts.zero_shot_templates(dataset_name)), fill, source)
 
 
 @dataclass
@@ -186,12 +299,17 @@ class _Run:
     class_names: list[str] | None
     train_dataset: Any
     reference_model: torch.nn.Module | None
-    templates: Sequence[Any] | None
+    prompts: ZeroShotPrompts
+    protocol: str
     batch_size: int
     seed: int
 
     def texts(self, model: torch.nn.Module, texts: Sequence[str]) -> torch.Tensor:
-        return encode_texts(model, self.tokenizer, texts, batch_size=self.batch_size)
+        """Embeddings of `texts`, each distinct string embedded once (repeats get identical rows)."""
+        distinct: dict[str, int] = {}
+        rows = [distinct.setdefault(t, len(distinct)) for t in texts]
+        embeddings = encode_texts(model, self.tokenizer, list(distinct), batch_size=self.batch_size)
+        return embeddings[rows]
 
     def images(self, model: torch.nn.Module, dataset: Any) -> torch.Tensor:
         return encode_images(model, self.image_processor, dataset["image"], batch_size=self.batch_size)
@@ -199,7 +317,7 @@ class _Run:
 
 def _skip_reason(task: str, run: _Run) -> str | None:
     """Why `task` cannot run on these inputs (None when it can)."""
-    if task in TEXT_TASKS and not has_text_tower(run.model):
+    if task in (*TEXT_TASKS, "mmvp") and not has_text_tower(run.model):
         return "the model has no text tower"
     if task in LABEL_TASKS and run.labels is None:
         return "the dataset has no class labels (column 'label' missing or -1)"
@@ -215,25 +333,28 @@ def _skip_reason(task: str, run: _Run) -> str | None:
 
 
 def _zero_shot(run: _Run) -> dict[str, Any]:
-    """CLIP prompt ensembling; string templates are filled by `hf_vrl.data.prompts.fill_template`."""
-    from hf_vrl.data.prompts import ZERO_SHOT_TEMPLATES, fill_template
-
-    templates = ZERO_SHOT_TEMPLATES if run.templates is None else run.templates
+    """CLIP prompt ensembling over `run.prompts` (see `zero_shot_prompts`)."""
+    prompts = run.prompts
     classifier = metrics.zero_shot_classifier(
-        lambda t: run.texts(run.model, t), run.class_names, templates, fill=fill_template
+        lambda t: run.texts(run.model, t), run.class_names, prompts.templates, fill=prompts.fill
     )
     topk = [k for k in (1, 5) if k <= len(run.class_names)]
     return {
         **metrics.zero_shot_accuracy(run.image, classifier, run.labels, topk),
-        "n_templates": len(templates),
+        "n_templates": len(prompts.templates),
+        "templates": prompts.source,
+        "protocol": run.protocol,
     }
 
 
 def _retrieval(run: _Run) -> dict[str, Any]:
-    texts, mapping = _caption_map(run.dataset["caption"][:])
+    """Image<->text recall@K over the protocol's texts (module docstring)."""
+    captions = captions_per_image(run.dataset)
+    group = clip_benchmark_texts if run.protocol == "clip_benchmark" else distinct_caption_texts
+    texts, mapping = group(captions)
     ks = [k for k in (1, 5, 10) if k <= min(len(texts), len(run.dataset))]
     recall = metrics.retrieval_recall(run.image, run.texts(run.model, texts), ks, mapping)
-    return {**recall, "n_texts": len(texts)}
+    return {**recall, "n_texts": len(texts), "protocol": run.protocol}
 
 
 def _clustering(run: _Run) -> dict[str, Any]:
@@ -258,9 +379,13 @@ def _rsa(run: _Run) -> dict[str, float]:
     reference = run.reference_model.eval()
     out = {"image": metrics.rsa_score(run.images(reference, run.dataset), run.image)}
     if has_text_tower(run.model) and has_text_tower(reference):
-        captions = run.dataset["caption"][:]
+        captions = [c[0] for c in captions_per_image(run.dataset)]
         out["text"] = metrics.rsa_score(run.texts(reference, captions), run.texts(run.model, captions))
     return out
+
+
+def _mmvp(run: _Run, mmvp: Any) -> dict[str, Any]:
+    return evaluate_mmvp(run.model, run.image_processor, run.tokenizer, mmvp, batch_size=run.batch_size)
 
 
 _TASK_FNS = {
@@ -273,27 +398,42 @@ _TASK_FNS = {
 }
 
 
-def _run_tasks(run: _Run, tasks: list[str], mmvp: Any) -> dict[str, Any]:
-    """The report: sizes, one entry per task that can run, MMVP, and `skipped` {task: reason}."""
+def _headline(result: Mapping[str, Any]) -> str:
+    """The float entries of a task result, for the progress log."""
+    return ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)) or "done"
+
+
+def _run_tasks(
+    run: _Run, tasks: list[str], mmvp: Any, on_task_end: Callable[[dict[str, Any]], None] | None
+) -> dict[str, Any]:
+    """The report: sizes, one entry per task that can run, MMVP, and `skipped` {task: reason}; logs each task
+    and hands the report so far to `on_task_end` after each."""
     report: dict[str, Any] = {"n_samples": len(run.dataset), "embedding_dim": int(run.image.shape[1])}
     report["tasks"] = tasks
     report["n_classes"] = None if run.labels is None else int(np.unique(run.labels).size)
-    skipped: dict[str, str] = {}
-    for task in tasks:
+    report["skipped"] = skipped = {}
+    jobs = [(task, _TASK_FNS[task]) for task in tasks]
+    if mmvp is not None:
+        jobs.append(("mmvp", lambda run: _mmvp(run, mmvp)))
+    for number, (task, fn) in enumerate(jobs, start=1):
         reason = _skip_reason(task, run)
         if reason:
-            logger.warning("skipping %s: %s", task, reason)
+            logger.warning("[%d/%d] skipping %s: %s", number, len(jobs), task, reason)
             skipped[task] = reason
-        else:
-            report[task] = _TASK_FNS[task](run)
-    if mmvp is not None:
-        if has_text_tower(run.model):
-            report["mmvp"] = evaluate_mmvp(
-                run.model, run.image_processor, run.tokenizer, mmvp, batch_size=run.batch_size
-            )
-        else:
-            skipped["mmvp"] = "the model has no text tower"
-    report["skipped"] = skipped
+            continue
+        logger.info("[%d/%d] %s ...", number, len(jobs), task)
+        started = time.perf_counter()
+        report[task] = fn(run)
+        logger.info(
+            "[%d/%d] %s: %s (%.1f s)",
+            number,
+            len(jobs),
+            task,
+            _headline(report[task]),
+            time.perf_counter() - started,
+        )
+        if on_task_end is not None:
+            on_task_end(report)
     return report
 
 
@@ -307,31 +447,41 @@ def evaluate_clip(
     train_dataset: Any = None,
     mmvp: Any = None,
     reference_model: torch.nn.Module | None = None,
-    templates: Sequence[Any] | None = None,
+    templates: str | Sequence[Any] | None = None,
+    protocol: str = DEFAULT_PROTOCOL,
+    dataset_name: str | None = None,
     batch_size: int = 64,
     device: str | torch.device | None = None,
     seed: int = 0,
     return_embeddings: bool = False,
+    on_task_end: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
     """Run the metric suite on `dataset` (columns image, caption, label; optional fine_label) and return a
     JSON-able report: one sub-dict per task, plus `skipped` {task: reason} for tasks the inputs do not allow.
 
-    `tasks` from TASKS: zero_shot (prompt ensemble over `templates`, default `hf_vrl.data.prompts`),
-    retrieval (captions as texts; repeated captions are merged), clustering, linear_probe (needs
-    `train_dataset`), granularity (CLUE §3.1, needs `fine_label`), rsa (against `reference_model`, DiVE
-    App. D). `mmvp` (a pairs dataset or an MMVP-VLM directory) adds the MMVP score. Image metrics use
-    L2-normalised embeddings except the linear probe, which sees raw features as in CLIP. With
-    `return_embeddings`, also returns {"image", "labels", "class_names"} for figures.
+    `tasks` from TASKS: zero_shot and retrieval (by `protocol`, module docstring; zero-shot templates from
+    `templates`, a list or an OpenAI set name, else the set of `dataset_name`, by default the dataset's
+    `info.dataset_name`), clustering, linear_probe (needs `train_dataset`), granularity (CLUE §3.1, needs
+    `fine_label`), rsa (against `reference_model`, DiVE App. D, which moves to the model's device). `mmvp`
+    (a pairs dataset or an MMVP-VLM directory) adds the MMVP score. Image metrics use L2-normalised embeddings
+    except the linear probe, which sees raw features as in CLIP. Inputs go to the model's device and dtype
+    (`device` moves the model first). `on_task_end(report)` is called after each task with the report so far.
+    With `return_embeddings`, also returns {"image", "labels", "class_names"} for figures.
     """
     from hf_vrl.data.schema import class_names_of
 
     tasks = _check_tasks(tasks)
-    for m in (model, reference_model):
-        if m is not None and device is not None:
-            m.to(device)
+    check_image_model(model)
+    dataset_name = dataset_name or getattr(getattr(dataset, "info", None), "dataset_name", None)
+    prompts = zero_shot_prompts(protocol, dataset_name, templates)
+    if device is not None:
+        model.to(device)
+    if reference_model is not None:
+        reference_model.to(module_device(model))  # a frozen companion moves with the model it serves
     was_training = model.training
     model.eval()
     try:
+        logger.info("embedding %d images", len(dataset))
         image = encode_images(model, image_processor, dataset["image"], batch_size=batch_size)
         run = _Run(
             model=model,
@@ -343,11 +493,12 @@ def evaluate_clip(
             class_names=class_names_of(dataset),
             train_dataset=train_dataset,
             reference_model=reference_model,
-            templates=templates,
+            prompts=prompts,
+            protocol=protocol,
             batch_size=batch_size,
             seed=seed,
         )
-        report = _run_tasks(run, tasks, mmvp)
+        report = _run_tasks(run, tasks, mmvp, on_task_end)
     finally:
         model.train(was_training)
     if return_embeddings:
@@ -379,6 +530,9 @@ def text_table(rows: Sequence[Sequence[str]], left_columns: int = 0) -> str:
 # -- the `hf-vrl eval` command ---------------------------------------------------------------------
 
 
+EXAMPLE = "hf-vrl eval --model runs/demo/clip/final --dataset fashion_mnist --output-dir runs/eval"
+
+
 def _resolve_model_path(name: str) -> str:
     """A local path or hub id as given; a name of a folder in `hub_configs/` (e.g. tiny-clip) maps there."""
     if Path(name).exists():
@@ -389,15 +543,27 @@ def _resolve_model_path(name: str) -> str:
     return str(preset) if preset.is_dir() else name
 
 
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> tuple[Any, Any, Any]:
     """(model, image_processor, tokenizer) from a local dir or hub id; tokenizer is None for vision towers.
-    hf_vrl's own model types (DiffCLIP, DCR) load with the installed classes, without remote code."""
+    hf_vrl's own model types (DiffCLIP, DCR) load with the installed classes, without remote code. A model
+    that cannot be loaded, or that embeds no images, raises a one-line UserError."""
     from transformers import AutoImageProcessor, AutoModel, AutoProcessor, AutoTokenizer, ImageProcessingMixin
 
     import hf_vrl.models  # noqa: F401  (registers hf_vrl's classes with the Auto classes)
 
     path = _resolve_model_path(name)
-    model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+    try:
+        model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise UserError(
+            f"cannot load a model from {name!r}: {_first_line(error)}. Pass a folder written by "
+            f"save_pretrained (weights included), e.g. the demo's: {EXAMPLE}"
+        ) from error
+    check_image_model(model)
     try:
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError):
@@ -405,11 +571,17 @@ def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> 
     image_processor = getattr(processor, "image_processor", None)
     if image_processor is None and isinstance(processor, ImageProcessingMixin):
         image_processor = processor
-    if image_processor is None:
-        image_processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-    tokenizer = getattr(processor, "tokenizer", None)
-    if tokenizer is None and has_text_tower(model):
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    try:
+        if image_processor is None:
+            image_processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tokenizer = getattr(processor, "tokenizer", None)
+        if tokenizer is None and has_text_tower(model):
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise UserError(
+            f"{name!r} has the model but not its processors ({_first_line(error)}): save the image processor "
+            "(and, for a text tower, the tokenizer) into the model folder with save_pretrained"
+        ) from error
     return model, image_processor, tokenizer
 
 
@@ -417,26 +589,43 @@ def load_eval_dataset(
     name: str, *, split: str, limit: int | None = None, image_size: int | None = None, seed: int = 0
 ):
     """A map-style dataset from the `hf_vrl.data` registry (imported here: the metrics stay independent of
-    it). Streamed sources (webdataset, parquet, csv) are materialised, which needs a `limit`."""
+    it). Streamed sources (webdataset, parquet, csv) are materialised, which needs a `limit`. A dataset that
+    cannot be loaded raises a UserError saying why."""
     import datasets
 
     from hf_vrl.data.registry import load_dataset_by_name
 
-    ds = load_dataset_by_name(name, split=split, limit=limit, image_size=image_size, seed=seed)
+    try:
+        ds = load_dataset_by_name(name, split=split, limit=limit, image_size=image_size, seed=seed)
+    except (FileNotFoundError, ImportError, ValueError) as error:
+        raise UserError(f"cannot load the {split} split of dataset {name!r}: {error}") from error
     if isinstance(ds, datasets.IterableDataset):
         if limit is None:
-            raise ValueError(f"{name!r} streams; pass --limit to evaluate a fixed number of its samples")
+            raise UserError(f"{name!r} streams; pass --limit to evaluate a fixed number of its samples")
         ds = datasets.Dataset.from_list(list(ds), features=ds.features)
     return ds
 
 
+def _limit(value: str) -> int | None:
+    """argparse type: a positive count, or "all" for no limit."""
+    if value == "all":
+        return None
+    count = int(value)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive count or 'all', got {value}")
+    return count
+
+
 def _build_parser() -> argparse.ArgumentParser:
+    from hf_vrl.data.prompts import OPENAI_TEMPLATES
+
     parser = argparse.ArgumentParser(
         prog="hf-vrl eval",
         description="Evaluate a CLIP-like model (CLIPModel, SiglipModel, DiffCLIP, ...) or a vision tower: "
         "zero-shot classification, retrieval, clustering, linear probe, CLUE granularity metrics "
-        "(CDNV, NCC), RSA against a reference model and MMVP-VLM. Writes report.json and PNG figures.",
-        epilog="example: hf-vrl eval --model tiny-clip --dataset digits --limit 500 --output-dir runs/eval",
+        "(CDNV, NCC), RSA against a reference model and MMVP-VLM. Logs progress per task and rewrites "
+        "report.json as each task finishes; PNG figures at the end.",
+        epilog=f"example (after `make demo`): {EXAMPLE}",
     )
     parser.add_argument("--model", required=True, help="local model directory, hub_configs preset or hub id")
     parser.add_argument(
@@ -451,8 +640,16 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--train-split", default="train", help="split the linear probe trains on (default: train)"
     )
-    parser.add_argument("--limit", type=int, help="use at most this many evaluation samples")
-    parser.add_argument("--train-limit", type=int, help="use at most this many linear-probe training samples")
+    parser.add_argument(
+        "--limit", type=_limit, help="use at most this many evaluation samples (default: all)"
+    )
+    parser.add_argument(
+        "--train-limit",
+        type=_limit,
+        default=DEFAULT_PROBE_TRAIN_LIMIT,
+        help="linear-probe training images, a seeded subset of the train split, or 'all' "
+        f"(default: {DEFAULT_PROBE_TRAIN_LIMIT})",
+    )
     parser.add_argument("--image-size", type=int, help="resize images to this size when loading the dataset")
     parser.add_argument(
         "--tasks",
@@ -461,6 +658,21 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=TASKS,
         metavar="TASK",
         help=f"tasks to run, from {', '.join(TASKS)} (default: {' '.join(DEFAULT_TASKS)})",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=DEFAULT_PROTOCOL,
+        help="zero-shot and retrieval protocol: clip_benchmark (all captions of each image, OpenAI's "
+        "templates for the dataset; comparable with published numbers) or hf_vrl (distinct captions, "
+        f"hf_vrl's 8 templates) (default: {DEFAULT_PROTOCOL})",
+    )
+    parser.add_argument(
+        "--templates",
+        choices=sorted(OPENAI_TEMPLATES),
+        metavar="SET",
+        help="OpenAI template set for zero-shot (default: the dataset's own, else imagenet's 80); one of "
+        + ", ".join(sorted(OPENAI_TEMPLATES)),
     )
     parser.add_argument(
         "--reference-model", help="model to compare against for the rsa task (e.g. the pre-trained)"
@@ -504,32 +716,71 @@ def _write_figures(args, report: dict[str, Any], embeddings: dict[str, Any] | No
     return written
 
 
+def _show_progress_logs() -> None:
+    """Log hf_vrl's INFO messages (the per-task progress) to stderr unless logging is configured already."""
+    package = logging.getLogger("hf_vrl")
+    if not package.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+        package.addHandler(handler)
+    if package.getEffectiveLevel() > logging.INFO:
+        package.setLevel(logging.INFO)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` atomically (a reader never sees a half-written report)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(staged, path)
+
+
+def _summary(report: Mapping[str, Any]) -> str:
+    """One line per task: its headline numbers."""
+    rows = [["task", "result"]]
+    rows += [[task, _headline(result)] for task, result in report.items() if isinstance(result, dict)]
+    table = text_table([row for row in rows if row[0] != "skipped"], left_columns=2)
+    return "\n".join(line.rstrip() for line in table.splitlines())
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`hf-vrl eval`: evaluate a model and write report.json (+ figures) to --output-dir."""
-    args = _build_parser().parse_args(argv)
+    """`hf-vrl eval`: evaluate a model and write report.json (+ figures) to --output-dir, the report being
+    rewritten as each task finishes (`complete` is false until the end)."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
     if args.dataset is None and args.mmvp_dir is None:
-        _build_parser().error("give --dataset, --mmvp-dir or both")
+        parser.error("give --dataset, --mmvp-dir or both")
+    _show_progress_logs()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     remote = args.trust_remote_code
     model, image_processor, tokenizer = load_model_and_processors(args.model, trust_remote_code=remote)
     reference = None
     if "rsa" in args.tasks and args.reference_model:
         reference, _, _ = load_model_and_processors(args.reference_model, trust_remote_code=remote)
+    dataset = train = None
+    if args.dataset is not None:
+        data = {"image_size": args.image_size, "seed": args.seed}
+        dataset = load_eval_dataset(args.dataset, split=args.split, limit=args.limit, **data)
+        if "linear_probe" in args.tasks:
+            train = load_eval_dataset(args.dataset, split=args.train_split, limit=args.train_limit, **data)
     model.to(device).eval()
+    out = Path(args.output_dir)
     report: dict[str, Any] = {
         "model": args.model,
         "dataset": args.dataset,
         "split": args.split,
         "limit": args.limit,
+        "train_limit": args.train_limit if train is not None else None,
+        "protocol": args.protocol,
         "seed": args.seed,
+        "complete": False,
     }
+
+    def write(partial: dict[str, Any]) -> None:
+        _write_json(out / "report.json", {**report, **partial})
+
     embeddings = None
-    if args.dataset is not None:
-        data = {"image_size": args.image_size, "seed": args.seed}
-        dataset = load_eval_dataset(args.dataset, split=args.split, limit=args.limit, **data)
-        train = None
-        if "linear_probe" in args.tasks:
-            train = load_eval_dataset(args.dataset, split=args.train_split, limit=args.train_limit, **data)
+    if dataset is not None:
         result, embeddings = evaluate_clip(
             model,
             image_processor,
@@ -539,21 +790,24 @@ def main(argv: list[str] | None = None) -> int:
             train_dataset=train,
             mmvp=args.mmvp_dir,
             reference_model=reference,
+            templates=args.templates,
+            protocol=args.protocol,
+            dataset_name=args.dataset,
             batch_size=args.batch_size,
             device=device,
             seed=args.seed,
             return_embeddings=True,
+            on_task_end=write,
         )
         report.update(result)
     else:
         report["mmvp"] = evaluate_mmvp(
             model, image_processor, tokenizer, args.mmvp_dir, batch_size=args.batch_size
         )
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if not args.no_figures:
         report["figures"] = _write_figures(args, report, embeddings, out)
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in report.items() if isinstance(v, dict)}, indent=2))
+    report["complete"] = True
+    write(report)
+    print(_summary(report))
     print(f"wrote {out / 'report.json'}")
     return 0

@@ -23,3 +23,13 @@ def preset_path(name_or_path: str | Path) -> Path:
 def load_preset(name_or_path: str | Path) -> dict:
     """Load a JSON preset by name or path."""
     return json.loads(preset_path(name_or_path).read_text())
+
+
+def list_presets() -> list[tuple[str, str, str]]:
+    """(name, method, first sentence of the description) of every JSON preset in hub_configs/."""
+    out = []
+    for path in sorted(HUB_CONFIGS.glob("*.json")):
+        preset = json.loads(path.read_text())
+        first = str(preset.get("description", "")).split(". ")[0].rstrip(".")
+        out.append((path.stem, str(preset.get("method", "")), first))
+    return out

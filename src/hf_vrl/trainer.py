@@ -19,15 +19,23 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from accelerate.data_loader import prepare_data_loader
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
-from transformers import Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers import Trainer, TrainerCallback, TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
 from .contrastive import clip_contrastive_loss
 
-__all__ = ["EXTRA_STATE_NAME", "STAGING_DIR", "ContrastiveTrainer", "VRLTrainer", "in_batch_accuracy"]
+__all__ = [
+    "EXTRA_STATE_NAME",
+    "STAGING_DIR",
+    "ContrastiveTrainer",
+    "LogitScaleCap",
+    "VRLTrainer",
+    "in_batch_accuracy",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +60,22 @@ class VRLTrainer(Trainer):
     * ``extra_state()`` / ``load_extra_state()``: tensors a method keeps besides the model, optimizer and RNG
       (DiVE's moving average vector, ...), saved in every checkpoint and restored on resume.
     * Streams (``IterableDataset``) are batched with ``dataloader_drop_last`` too (transformers applies it to
-      map-style datasets only): a contrastive gather across processes needs equal batches.
+      map-style datasets only): a contrastive gather across processes needs equal batches. A stream that is
+      already this process's share (``per_process = True``, as ``hf_vrl.run.data.SeededStream``) is not split
+      across processes again.
+    * A run resumed from a checkpoint that already reached ``max_steps`` loads it and trains nothing (the
+      Trainer would otherwise train one step past the end).
+    * ``warmup_start_lr``: the linear warm-up starts from this learning rate instead of 0 (SLIP: 1e-6); the
+      schedule after the warm-up is unchanged.
+    * A ``hf_vrl.run.data.SeededDataset`` is sampled by its ``SeededSampler``: the order of each epoch is a
+      function of (seed, epoch) and every row knows its epoch (for per-sample augmentation seeds).
     """
 
     loss_is_scaled_for_ga = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, warmup_start_lr: float = 0.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.warmup_start_lr = warmup_start_lr
         if self.args.remove_unused_columns:
             logger.warning(
                 "%s sets `remove_unused_columns=False`: its losses read batch keys that the model's forward "
@@ -99,6 +116,37 @@ class VRLTrainer(Trainer):
         )
         super().log(logs, start_time)
         self._metrics[mode].clear()
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> TrainOutput:
+        """``Trainer.train``, except that a checkpoint at (or past) ``max_steps`` is loaded, not trained."""
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            state_file = os.path.join(resume_from_checkpoint, "trainer_state.json")
+            state = TrainerState.load_from_json(state_file) if os.path.isfile(state_file) else None
+            if state is not None and 0 < self.args.max_steps <= state.global_step:
+                logger.info(
+                    "%s is at step %d of %d: nothing left to train",
+                    resume_from_checkpoint,
+                    state.global_step,
+                    self.args.max_steps,
+                )
+                self._load_from_checkpoint(str(resume_from_checkpoint))
+                self._load_extra_state(str(resume_from_checkpoint))
+                self.state = state
+                return TrainOutput(
+                    state.global_step, 0.0, {"train_runtime": 0.0, "train_samples_per_second": 0.0}
+                )
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        """The Trainer's schedule, its warm-up starting from ``warmup_start_lr`` when that is set."""
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        warmup = self.args.get_warmup_steps(num_training_steps)
+        if self.warmup_start_lr and warmup and hasattr(scheduler, "lr_lambdas"):
+            start = self.warmup_start_lr / self.args.learning_rate
+            scheduler.lr_lambdas = [_warm_up_from(start, warmup, f) for f in scheduler.lr_lambdas]
+            for group, factor in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas):
+                group["lr"] = group["initial_lr"] * factor(scheduler.last_epoch)
+        return scheduler
 
     def extra_state(self) -> dict[str, Tensor]:
         """Method state beyond model, optimizer, scheduler and RNG, saved with every checkpoint (override)."""
@@ -143,7 +191,11 @@ class VRLTrainer(Trainer):
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Also restore the extra state of the checkpoint being resumed (refusing one that lacks it)."""
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None or not self.extra_state():
+        if checkpoint is not None:
+            self._load_extra_state(checkpoint)
+
+    def _load_extra_state(self, checkpoint: str) -> None:
+        if not self.extra_state():
             return
         path = os.path.join(checkpoint, EXTRA_STATE_NAME)
         if not os.path.isfile(path):
@@ -169,6 +221,7 @@ class VRLTrainer(Trainer):
                 dataset, description, batch_size, sampler_fn, is_training, dataloader_key
             )
         args = self.args
+        per_process = getattr(dataset, "per_process", False)
         loader = DataLoader(
             dataset,
             batch_size=batch_size,
@@ -180,7 +233,28 @@ class VRLTrainer(Trainer):
             prefetch_factor=args.dataloader_prefetch_factor,
             drop_last=args.dataloader_drop_last,
         )
-        return self.accelerator.prepare(loader)
+        if not per_process:
+            return self.accelerator.prepare(loader)
+        # this process's share already: prepared as a single process's loader (no second split)
+        prepared = prepare_data_loader(
+            loader,
+            self.accelerator.device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=self.accelerator.device_placement,
+            dispatch_batches=False,
+        )
+        self.accelerator._dataloaders.append(prepared)  # what Accelerator.prepare_data_loader records
+        return prepared
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
+        """A ``SeededDataset`` gets its ``SeededSampler``; anything else the Trainer's sampler."""
+        from hf_vrl.run.data import SeededDataset, SeededSampler
+
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        if isinstance(dataset, SeededDataset):
+            return SeededSampler(len(dataset), dataset.seed)
+        return super()._get_train_sampler(train_dataset)
 
     def prediction_step(
         self,
@@ -196,6 +270,15 @@ class VRLTrainer(Trainer):
         return loss.detach(), None, None
 
 
+def _warm_up_from(start: float, warmup: int, factor: Callable[[int], float]) -> Callable[[int], float]:
+    """The multiplier `factor` with its warm-up steps rescaled from [0, 1] to [start, 1]."""
+
+    def warmed(step: int) -> float:
+        return start + (1.0 - start) * factor(step) if step < warmup else factor(step)
+
+    return warmed
+
+
 def in_batch_accuracy(image_embeds: Tensor, text_embeds: Tensor) -> Tensor:
     """``[B]`` floats, 1 where an image's most similar (cosine) caption of the local batch is its own."""
     with torch.no_grad():
@@ -207,6 +290,28 @@ def in_batch_accuracy(image_embeds: Tensor, text_embeds: Tensor) -> Tensor:
 ContrastiveLossFn = Callable[..., Tensor]
 
 
+class LogitScaleCap(TrainerCallback):
+    """open_clip's cap on CLIP's logit scale: the ``logit_scale`` parameter (log of the multiplier) is clamped
+    to log(``max_logit_scale``) when training starts and after every optimizer step."""
+
+    def __init__(self, max_logit_scale: float = 100.0) -> None:
+        self.max_log_scale = math.log(max_logit_scale)
+
+    def clamp(self, model: nn.Module | None) -> None:
+        param = getattr(model, "logit_scale", None)
+        if isinstance(param, Tensor):
+            with torch.no_grad():
+                param.clamp_(max=self.max_log_scale)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs):
+        self.clamp(model)
+
+    def on_optimizer_step(
+        self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs
+    ):
+        self.clamp(model)
+
+
 class ContrastiveTrainer(VRLTrainer):
     """Train a CLIP-like dual encoder (CLIPModel, DiffCLIP, ...) with the symmetric InfoNCE loss.
 
@@ -215,9 +320,10 @@ class ContrastiveTrainer(VRLTrainer):
     model would bypass DistributedDataParallel's forward, and DDP then silently skips the gradient all-reduce.
 
     The logit scale is ``model.logit_scale.exp()``, clipped at ``max_logit_scale`` = 100 as in CLIP (Radford
-    et al., 2021, §2.5): the multiplier is clamped in the loss, and the parameter is clamped to log(100)
-    before every training step (open_clip's post-step clamp) so it never sticks where the clamp passes no
-    gradient.
+    et al., 2021, §2.5) by open_clip's rule (``LogitScaleCap``): the *parameter* is clamped to log(100) when
+    training starts and after every optimizer step, and the loss multiplies by its ``exp`` unclamped, so the
+    gradient reaches the parameter at the cap as well (clamping the multiplier instead passes no gradient
+    there, and a scale that reaches 100, or starts there as OpenAI's checkpoints do, never moves again).
 
     ``loss_fn`` replaces the objective; the default is ``clip_contrastive_loss`` with ``local_loss=True,
     gather_with_grad=True`` (the exact global-batch gradient at 1/N of the logits, open_clip's advice at
@@ -237,11 +343,13 @@ class ContrastiveTrainer(VRLTrainer):
         super().__init__(*args, **kwargs)
         self.loss_fn = loss_fn or partial(clip_contrastive_loss, local_loss=True, gather_with_grad=True)
         self.max_logit_scale = max_logit_scale
+        self.add_callback(LogitScaleCap(max_logit_scale))
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
-        """Only weight matrices (ndim >= 2) decay, as in open_clip and SLIP (DiffCLIP's code base): biases,
-        norms, the class embedding, ``logit_scale`` and DiffCLIP's λ vectors do not. transformers' default
-        would decay the last three, pulling the logit scale towards 1."""
+        """Only parameters with ndim >= 2 decay: biases, norms, ``logit_scale``, DiffCLIP's λ vectors and the
+        1-D class embedding do not (transformers' default would decay the last three, pulling the logit scale
+        towards 1). This is open_clip's rule, whose class embedding is 1-D too; SLIP (DiffCLIP's code base)
+        excludes ndim < 2, biases and norms as well, but decays its class token, which timm stores 3-D."""
         return [name for name, param in model.named_parameters() if param.ndim >= 2]
 
     def _logit_scale_param(self, model: nn.Module) -> nn.Parameter:
@@ -253,16 +361,6 @@ class ContrastiveTrainer(VRLTrainer):
             )
         return param
 
-    def training_step(
-        self,
-        model: nn.Module,
-        inputs: dict[str, Tensor | Any],
-        num_items_in_batch: Tensor | int | None = None,
-    ) -> Tensor:
-        with torch.no_grad():
-            self._logit_scale_param(model).clamp_(max=math.log(self.max_logit_scale))
-        return super().training_step(model, inputs, num_items_in_batch)
-
     def compute_loss(
         self,
         model: nn.Module,
@@ -273,7 +371,7 @@ class ContrastiveTrainer(VRLTrainer):
         """Symmetric InfoNCE over the (global) batch; returns the per-micro-batch mean."""
         outputs = model(**_encoder_inputs(inputs))
         image_embeds, text_embeds = _paired_embeds(outputs)
-        logit_scale = self._logit_scale_param(model).exp().clamp(max=self.max_logit_scale)
+        logit_scale = self._logit_scale_param(model).exp()  # capped by LogitScaleCap
         loss = self.loss_fn(
             image_embeds,
             text_embeds,

@@ -16,11 +16,12 @@ import numpy as np
 # -- shared ----------------------------------------------------------------------------------------
 
 
-def _figure(width: float, height: float):
+def new_figure(width: float, height: float, dpi: int = 100) -> Any:
+    """A matplotlib `Figure` of `width` x `height` inches on its own Agg canvas (no pyplot state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=100)
+    fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
 
@@ -76,7 +77,7 @@ def plot_embedding_scatter(
 ) -> Any:
     """2-D scatter of embeddings coloured by class (legend up to 20 classes, colour bar beyond)."""
     xy = project_2d(embeddings, method=method, seed=seed)
-    fig = _figure(6.5, 5.5)
+    fig = new_figure(6.5, 5.5)
     ax = fig.add_subplot()
     if labels is None:
         ax.scatter(xy[:, 0], xy[:, 1], s=8, alpha=0.7)
@@ -110,7 +111,7 @@ def plot_mmvp_categories(
     per_category = mmvp_report["per_category"]
     names = list(per_category)
     values = [100.0 * per_category[n] for n in names]
-    fig = _figure(7.0, 0.45 * len(names) + 1.5)
+    fig = new_figure(7.0, 0.45 * len(names) + 1.5)
     ax = fig.add_subplot()
     ax.barh(names, values, color="tab:blue")
     mean = 100.0 * mmvp_report["mean_category_accuracy"]

@@ -106,3 +106,20 @@ def test_mmvp_statement_i_is_the_caption_of_image_i_only():
             statement = row[f"statement_{side}"]
             assert attributes["colour"] in statement and attributes["position"] in statement
     assert shapes_mmvp_pairs(n_per_category=3, seed=2)["statement_b"] == pairs["statement_b"]
+
+
+def test_captions_can_leave_out_a_factor():
+    from hf_vrl.data.toy import OMITTABLE
+
+    full = shapes_dataset(20, seed=3)
+    blind = shapes_dataset(20, seed=3, omit=("colour",))
+    colours = ("red", "green", "blue", "yellow", "purple", "orange")
+    assert all(any(c in caption for c in colours) for caption in full["caption"])
+    assert not any(c in caption.split() for caption in blind["caption"] for c in colours)
+    assert blind["label"] == full["label"] and blind["fine_label"] == full["fine_label"]  # same scenes
+    for caption, attributes in zip(blind["caption"], blind["attributes"]):
+        assert attributes["shape"] in caption and attributes["position"] in caption
+    bare = shapes_dataset(5, seed=3, omit=OMITTABLE)["caption"]
+    assert all(len(caption.split()) == 2 for caption in bare)  # "a circle", "two squares"
+    with pytest.raises(ValueError, match="can leave out"):
+        shapes_dataset(2, omit=("shape",))

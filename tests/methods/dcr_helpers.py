@@ -17,5 +17,7 @@ def fixed_model() -> DCRModel:
 
 
 def toy_data():
-    """Twelve 16-px shapes-world images."""
-    return shapes_dataset(12, seed=0, image_size=16)
+    """Twelve 16-px shapes-world images with the per-sample crop seed the run layer gives every row
+    (`sample_seed`: `DCRCollator` crops from it, so resumed runs see the same crops whatever the prefetch)."""
+    data = shapes_dataset(12, seed=0, image_size=16)
+    return data.add_column("sample_seed", [1000 + i for i in range(len(data))])

@@ -149,8 +149,21 @@ def test_supervised_contrastive_matches_eq7_loop():
 
 def test_reconstruction_and_joint():
     pred, target = torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0, 0.0], [0.0, 4.0]])
-    assert reconstruction_loss(pred, target).item() == pytest.approx((0 + 4 + 9 + 0) / 4)  # Eq. 8
+    # Eq. 8: squared L2 norm per sample (0 + 4, 9 + 0), mean over the batch
+    assert reconstruction_loss(pred, target).item() == pytest.approx((4 + 9) / 2)
+    assert reconstruction_loss(pred, target, "mean").item() == pytest.approx(
+        (0 + 4 + 9 + 0) / 4
+    )  # DIVA's mse
+    with pytest.raises(ValueError, match="reduction"):
+        reconstruction_loss(pred, target, "none")
     assert joint_loss(torch.tensor(2.0), torch.tensor(3.0), 0.5, 2.0).item() == pytest.approx(7.0)  # Eq. 9
+
+
+def test_reconstruction_matches_eq8_loop():
+    torch.manual_seed(5)
+    pred, target = torch.randn(3, 4, 2, 2), torch.randn(3, 4, 2, 2)
+    expected = sum(float(((pred[i] - target[i]) ** 2).sum()) for i in range(3)) / 3
+    assert reconstruction_loss(pred, target).item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_gradient_cosine_eq11():
@@ -161,3 +174,12 @@ def test_gradient_cosine_eq11():
     assert gradient_cosine(loss_a, -loss_a, z).item() == pytest.approx(-1.0)  # conflicting objectives
     (loss_a + loss_b).backward()  # the graph is kept for the real update
     torch.testing.assert_close(z.grad, w_a + w_b)
+
+
+def test_gradient_cosine_over_shared_rows():
+    """Row 1 only feeds loss_a: over all rows it shrinks the cosine, over the shared row 0 it is exact."""
+    z = torch.tensor([[1.0, 0.0], [0.0, 0.0]], requires_grad=True)
+    loss_a = (torch.tensor([[1.0, 1.0], [3.0, 0.0]]) * z).sum()  # gradient [[1, 1], [3, 0]]
+    loss_b = (torch.tensor([1.0, 0.0]) * z[0]).sum()  # gradient [[1, 0], [0, 0]]
+    assert gradient_cosine(loss_a, loss_b, z, rows=slice(0, 1)).item() == pytest.approx(1 / math.sqrt(2))
+    assert gradient_cosine(loss_a, loss_b, z).item() == pytest.approx(1 / math.sqrt(11))

@@ -1,5 +1,5 @@
-"""DCRTask: the batched B^2 grid equals Algorithm 1's per-anchor loop; negatives, baselines and input
-checks."""
+"""DCRTask: the batched B^2 grid equals Algorithm 1's per-anchor loop; negatives, baselines, input checks, the
+device rule; DCRCollator: the official crop of the original image, seeded per sample."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_vrl.methods.dcr.diffusion import load_diffusion, tiny_diffusion
+from hf_vrl.methods.dcr.loss import reconstruction_loss, supervised_contrastive_loss
 from hf_vrl.methods.dcr.task import DCRCollator, DCRTask, DCRTaskConfig
 from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.models.dcr import DCRModel
@@ -126,13 +127,122 @@ def test_null_text_embedding_is_installed(model, diffusion):
     assert torch.equal(model.null_text_embeds, diffusion.null_text_embeds)
 
 
-def test_collator_centre_crops_to_unit_range():
+def _strip_image():
     from PIL import Image
 
     image = Image.new("RGB", (40, 20), (255, 0, 0))
-    image.paste((0, 0, 255), (0, 0, 10, 20))  # blue strip on the left, cropped away
-    out = DCRCollator(8)([{"image": image}, {"image": image}])["pixel_values"]
+    image.paste((0, 0, 255), (0, 0, 10, 20))  # blue strip on the left quarter
+    return image
+
+
+def test_collator_centre_crops_to_unit_range():
+    out = DCRCollator(8, crop_scale=None)([{"image": _strip_image()}, {"image": _strip_image()}])[
+        "pixel_values"
+    ]
     assert out.shape == (2, 3, 8, 8) and out.min() >= 0 and out.max() <= 1
     torch.testing.assert_close(out[0, :, 4, 4], torch.tensor([1.0, 0.0, 0.0]), atol=1e-3, rtol=0)
+    assert out[0, 2, :, 0].max() < 0.05  # the strip is cropped away
     with pytest.raises(ValueError, match="image"):
         DCRCollator(8)([{"caption": "x"}])
+    with pytest.raises(ValueError, match="crop_scale"):
+        DCRCollator(8, crop_scale=(0.0, 1.0))
+
+
+def test_collator_crops_the_original_image():
+    """Official: RandomResizedCrop on the full, non-square image (here scale 1 at the image's own 2:1 ratio:
+    the whole image, squeezed to S x S), not on a centre-cropped square."""
+    collate = DCRCollator(8, crop_scale=(1.0, 1.0), crop_ratio=(2.0, 2.0))
+    out = collate([{"image": _strip_image()}])["pixel_values"][0]
+    torch.testing.assert_close(out[:, 4, 0], torch.tensor([0.0, 0.0, 1.0]), atol=1e-3, rtol=0)  # strip kept
+    torch.testing.assert_close(out[:, 4, 7], torch.tensor([1.0, 0.0, 0.0]), atol=1e-3, rtol=0)
+
+
+def _noise_rows(n: int, seeded: bool):
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(n):
+        pixels = (torch.rand(50, 50, 3, generator=generator) * 255).byte().numpy()
+        rows.append({"image": Image.fromarray(pixels)} | ({"sample_seed": 1000 + i} if seeded else {}))
+    return rows
+
+
+def test_collator_crop_is_a_function_of_the_sample_seed():
+    rows = _noise_rows(4, seeded=True)
+    collate = DCRCollator(16)
+    first = collate(rows)["pixel_values"]
+    torch.manual_seed(123)  # the global RNG plays no part
+    again = collate(rows[::-1])["pixel_values"].flip(0)  # another order, another batch position
+    assert torch.equal(first, again)
+    other = collate([row | {"sample_seed": 7} for row in rows])["pixel_values"]
+    assert not torch.equal(first, other)
+    centre = DCRCollator(16, crop_scale=None)(rows)["pixel_values"]
+    assert not torch.equal(first, centre)
+    unseeded = _noise_rows(4, seeded=False)  # no sample_seed: torch's global RNG
+    torch.manual_seed(5)
+    a = collate(unseeded)["pixel_values"]
+    torch.manual_seed(5)
+    assert torch.equal(a, collate(unseeded)["pixel_values"])
+
+
+def test_collator_crops_agree_across_dataloader_workers():
+    from torch.utils.data import DataLoader
+
+    rows = _noise_rows(6, seeded=True)
+    collate = DCRCollator(16)
+    batches = [
+        torch.cat(
+            [b["pixel_values"] for b in DataLoader(rows, batch_size=2, collate_fn=collate, num_workers=w)]
+        )
+        for w in (0, 2)
+    ]
+    assert torch.equal(*batches)
+
+
+def test_task_follows_the_model_device(model, diffusion, device):
+    """Images on the CPU, model and frozen diffusion on `device`: the step runs there (the device rule)."""
+    task = _task(model, diffusion).to(device).train()
+    try:
+        torch.manual_seed(0)
+        out = task(torch.rand(3, 3, 16, 16))
+        assert out["loss"].device.type == device.type and torch.isfinite(out["loss"])
+        out["loss"].backward()
+    finally:
+        task.to("cpu")
+
+
+def test_joint_gradient_cosine_uses_the_clean_rows(model, diffusion):
+    """Eq. 11 over z of the clean views: L_rec has no gradient on the augmented half."""
+    task = _task(model, diffusion, objective="joint").train()
+    torch.manual_seed(0)
+    step = task.prepare_step(torch.rand(4, 3, 16, 16))
+    pred = task.diffusion.predict(step.noisy, step.timesteps, step.conditions[:4])
+    loss_rec = task_loss = reconstruction_loss(pred, step.target)
+    labels = torch.arange(4).repeat(2)
+    loss_con = supervised_contrastive_loss(step.embeds, labels, 0.1)
+    g_con, g_rec = (
+        torch.autograd.grad(loss, step.embeds, retain_graph=True)[0] for loss in (loss_con, task_loss)
+    )
+    assert g_rec[4:].abs().max() == 0  # the augmented half
+    expected = F.cosine_similarity(g_con[:4].flatten(), g_rec[:4].flatten(), dim=0)
+    out = task._joint(step.embeds, loss_rec, loss_rec.detach())
+    assert out["grad_cos"].item() == pytest.approx(expected.item(), rel=1e-4)
+    all_rows = F.cosine_similarity(g_con.flatten(), g_rec.flatten(), dim=0)
+    assert abs(out["grad_cos"].item()) > abs(all_rows.item())  # the all-row value is shrunk
+
+
+def test_reconstruction_reduction_option(model, diffusion):
+    images = torch.rand(3, 3, 16, 16)
+    losses = {}
+    for reduction in ("sum", "mean"):
+        task = _task(model, diffusion, objective="reconstruction", reconstruction_reduction=reduction).train()
+        torch.manual_seed(0)
+        losses[reduction] = task(images)["loss"].item()
+    latent_values = 4 * 8 * 8  # D of a 16-px image's latent
+    assert losses["sum"] == pytest.approx(losses["mean"] * latent_values, rel=1e-5)  # Eq. 8 vs DIVA's mean
+    with pytest.raises(ValueError, match="reconstruction_reduction"):
+        DCRTaskConfig(reconstruction_reduction="max")
+    with pytest.raises(ValueError, match="unet_chunk_size"):
+        DCRTaskConfig(unet_chunk_size="all")
+    assert DCRTaskConfig(unet_chunk_size="auto").unet_chunk_size == "auto"

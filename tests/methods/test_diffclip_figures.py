@@ -1,13 +1,17 @@
-"""DiffCLIP Fig. 2 attention maps: Chefer et al.'s relevance against a plain per-query loop, and the PNG."""
+"""DiffCLIP Fig. 2 attention maps: Chefer et al.'s relevance against a plain per-query loop, on every device,
+after mixed-precision training, and the PNG."""
+
+import copy
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, TrainingArguments
 
 from hf_vrl.methods.diffclip.figures import attention_figure, relevance_maps
 from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
+from hf_vrl.trainer import ContrastiveTrainer
 
 TEXT = {
     "vocab_size": 40,
@@ -80,17 +84,78 @@ def _reference_relevance(model, pixel_values, input_ids, attention_mask, start_l
 
 @pytest.mark.parametrize("arch", ["clip", "diffclip"])
 @pytest.mark.parametrize("start_layer", [-1, 0])
-def test_relevance_matches_per_query_reference(arch, start_layer):
+def test_relevance_matches_per_query_reference(arch, start_layer, device):
+    """The model on `device`, the inputs built on the CPU (relevance_maps moves them)."""
     model = _tiny(arch)
+    on_device = copy.deepcopy(model).to(device)
     pixel_values = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     input_ids, attention_mask = _queries(3)
-    maps = relevance_maps(model, pixel_values, input_ids, attention_mask, start_layer=start_layer)
-    assert maps.shape == (3, 4, 4)
+    maps = relevance_maps(on_device, pixel_values, input_ids, attention_mask, start_layer=start_layer)
+    assert maps.shape == (3, 4, 4) and maps.device.type == "cpu"
     expected = _reference_relevance(model, pixel_values, input_ids, attention_mask, start_layer)
-    torch.testing.assert_close(maps.double().reshape(3, -1), expected, rtol=1e-4, atol=1e-6)
+    tolerance = {"rtol": 1e-4, "atol": 1e-6} if device.type == "cpu" else {"rtol": 1e-3, "atol": 1e-5}
+    torch.testing.assert_close(maps.double().reshape(3, -1), expected, **tolerance)
     # different queries give different maps, and the model's attention path is restored afterwards
     assert not torch.allclose(maps[0], maps[1])
-    assert model.config._attn_implementation == "sdpa"
+    assert on_device.config._attn_implementation == "sdpa"
+
+
+def test_relevance_maps_take_inputs_to_the_models_dtype(device):
+    model = _tiny("diffclip").to(device, torch.bfloat16)
+    input_ids, attention_mask = _queries(2)
+    maps = relevance_maps(model, torch.randn(1, 3, 16, 16), input_ids, attention_mask)
+    assert maps.shape == (2, 4, 4) and maps.dtype == torch.float32 and torch.isfinite(maps).all()
+
+
+class _PairRows(torch.utils.data.Dataset):
+    def __init__(self, n: int):
+        generator = torch.Generator().manual_seed(3)
+        ids, mask = _queries(n)
+        self.rows = [
+            {"pixel_values": torch.randn(3, 16, 16, generator=generator), "input_ids": i, "attention_mask": m}
+            for i, m in zip(ids, mask)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.rows[i]
+
+
+@pytest.mark.parametrize("arch", ["clip", "diffclip"])
+def test_relevance_after_bf16_training(arch, tmp_path):
+    """After a bf16 Trainer run, accelerate leaves its autocast + convert_outputs_to_fp32 wrapper on the
+    model's forward, whose returned attention maps are fp32 copies outside the graph (the CUDA crash of
+    `hf-vrl train diffclip`, reproduced on the CPU): the maps come from the attention modules instead."""
+    model = _tiny(arch).train()
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=True,
+        max_steps=1,
+        per_device_train_batch_size=4,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    rows = _PairRows(4)
+    ContrastiveTrainer(model=model, args=args, train_dataset=rows, data_collator=_stack).train()
+    assert hasattr(model, "_original_forward")  # accelerate's wrapper is still on the forward
+    pixel_values = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    input_ids, attention_mask = _queries(3)
+    maps = relevance_maps(model, pixel_values, input_ids, attention_mask, start_layer=0)
+    # the per-query reference on the same weights, with the autocast region but not the fp32 output copies
+    plain = _tiny(arch)
+    plain.load_state_dict(model.state_dict())
+    plain.forward = torch.autocast("cpu", dtype=torch.bfloat16)(plain.forward)
+    expected = _reference_relevance(plain, pixel_values, input_ids, attention_mask, 0)
+    torch.testing.assert_close(maps.double().reshape(3, -1), expected, rtol=1e-2, atol=5e-4)  # bf16 rounding
+    assert not torch.allclose(maps[0], maps[1], rtol=0.1)
+
+
+def _stack(rows: list[dict]) -> dict:
+    return {key: torch.stack([row[key] for row in rows]) for key in rows[0]}
 
 
 def test_diffclip_maps_are_differential():
@@ -124,8 +189,8 @@ class _Tokenizer:
         return {"input_ids": ids, "attention_mask": mask}
 
 
-def test_attention_figure_writes_png_of_expected_size(tmp_path):
-    models = {"CLIP": _tiny("clip"), "DiffCLIP": _tiny("diffclip")}
+def test_attention_figure_writes_png_of_expected_size(tmp_path, device):
+    models = {"CLIP": _tiny("clip").to(device), "DiffCLIP": _tiny("diffclip").to(device)}
     processor = CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (24, 20, 3), dtype=np.uint8))
     path = tmp_path / "fig" / "attention.png"

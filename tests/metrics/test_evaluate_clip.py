@@ -3,6 +3,8 @@ datasets."""
 
 import copy
 import json
+import logging
+import re
 import string
 
 import datasets
@@ -23,7 +25,8 @@ from transformers import (
 )
 
 from hf_vrl import evaluation
-from hf_vrl.data.prompts import fill_template
+from hf_vrl.data.prompts import OPENAI_TEMPLATES, ZERO_SHOT_TEMPLATES
+from hf_vrl.errors import UserError
 from hf_vrl.metrics import clustering_scores, mmvp_score, zero_shot_accuracy, zero_shot_classifier
 
 COLORS = {"red": (200, 30, 30), "green": (30, 180, 40), "blue": (30, 40, 210)}
@@ -124,9 +127,28 @@ def test_evaluate_clip_runs_every_task_and_is_json(clip):
     assert json.loads(json.dumps(report, allow_nan=False)) == report
     assert report["skipped"] == {}
     assert report["n_samples"] == 12 and report["embedding_dim"] == 16 and report["n_classes"] == 3
-    assert set(report["zero_shot"]) == {"top1", "n_templates"}  # top5 is undefined with 3 classes
-    assert report["retrieval"]["n_texts"] == 6  # 12 captions, 6 distinct strings
-    assert set(report["retrieval"]) == {"i2t_R@1", "i2t_R@5", "t2i_R@1", "t2i_R@5", "n_texts"}
+    assert set(report["zero_shot"]) == {  # top5 is undefined with 3 classes
+        "top1",
+        "mean_per_class_recall",
+        "n_templates",
+        "templates",
+        "protocol",
+    }
+    assert (
+        report["zero_shot"]["templates"] == "custom" and report["zero_shot"]["protocol"] == "clip_benchmark"
+    )
+    assert report["retrieval"]["n_texts"] == 12  # every caption of every image (6 distinct strings)
+    assert set(report["retrieval"]) == {
+        "i2t_R@1",
+        "i2t_R@5",
+        "i2t_R@10",
+        "t2i_R@1",
+        "t2i_R@5",
+        "t2i_R@10",
+    } | {
+        "n_texts",
+        "protocol",
+    }
     assert report["rsa"] == {"image": pytest.approx(1.0), "text": pytest.approx(1.0)}  # same weights
     assert report["linear_probe"]["n_train"] == 18
     assert set(report["granularity"]["cdnv_per_coarse"]) == {"0", "1", "2"}
@@ -151,24 +173,23 @@ def test_evaluate_clip_matches_metrics_on_extracted_embeddings(clip):
         enc = tok(texts, padding=True, return_tensors="pt")
         return model.get_text_features(**enc).pooler_output.detach()
 
-    classifier = zero_shot_classifier(embed, list(COLORS), TEMPLATES, fill=fill_template)
-    assert (
-        report["zero_shot"]["top1"] == zero_shot_accuracy(image, classifier, test["label"][:], (1,))["top1"]
-    )
+    classifier = zero_shot_classifier(embed, list(COLORS), TEMPLATES)  # filled verbatim (str.format)
+    expected = zero_shot_accuracy(image, classifier, test["label"][:], (1,))
+    assert {k: report["zero_shot"][k] for k in expected} == expected
     logits = evaluation.mmvp_logits(model, proc, tok, pairs_dataset())
     assert report["mmvp"] == mmvp_score(logits, pairs_dataset()["category"][:])
 
 
 def test_evaluate_clip_on_the_shapes_world(clip):
     """The data package's contract: ClassLabel names, fine_label, MMVP-style pairs with extra columns."""
-    from hf_vrl.data.prompts import ZERO_SHOT_TEMPLATES
     from hf_vrl.data.toy import shapes_dataset, shapes_mmvp_pairs
 
     model, proc, tok = clip
     test = shapes_dataset(20, seed=0, image_size=16, split="test")
     pairs = shapes_mmvp_pairs(1, image_size=16)
     report = evaluation.evaluate_clip(model, proc, tok, test, tasks=("zero_shot", "granularity"), mmvp=pairs)
-    assert report["skipped"] == {} and report["zero_shot"]["n_templates"] == len(ZERO_SHOT_TEMPLATES)
+    assert report["skipped"] == {} and report["zero_shot"]["n_templates"] == 80  # no set: ImageNet's
+    assert report["zero_shot"]["templates"] == "openai:imagenet (fallback)"
     assert report["n_classes"] == len(set(test["label"][:]))
     assert set(report["granularity"]["ncc_fine_per_coarse"]) == {str(c) for c in set(test["label"][:])}
     assert report["mmvp"]["n_pairs"] == len(pairs)
@@ -209,7 +230,7 @@ def test_missing_inputs_are_reported_as_skipped(clip):
     assert set(report["skipped"]) == {"zero_shot", "linear_probe", "granularity", "rsa"}
     assert "no class labels" in report["skipped"]["zero_shot"]
     assert "retrieval" in report and report["n_classes"] is None
-    with pytest.raises(ValueError, match="unknown tasks"):
+    with pytest.raises(UserError, match="unknown tasks"):
         evaluation.evaluate_clip(model, proc, tok, unlabeled, tasks=("zero-shot",))
 
 
@@ -273,7 +294,7 @@ class ColorCLIP(torch.nn.Module):
 
 def color_tokenizer(texts, return_tensors="pt", **kwargs):
     names = list(COLORS)
-    ids = [[float(name in t.split()) for name in names] for t in texts]
+    ids = [[float(name in re.findall(r"[a-z]+", t)) for name in names] for t in texts]
     return {"input_ids": torch.tensor(ids)}
 
 
@@ -296,6 +317,195 @@ def test_mmvp_wiring_statement_a_belongs_to_image_a():
 def test_mmvp_from_an_official_directory(mmvp_dir):
     out = evaluation.evaluate_mmvp(ColorCLIP(), color_processor, color_tokenizer, mmvp_dir)
     assert out["per_category"] == {"Color and Appearance": 1.0, "Texts": 1.0} and out["n_pairs"] == 3
+
+
+# -- protocols: clip_benchmark (default) and hf_vrl
+
+
+def hand_dataset(class_names=("red", "blue")):
+    """Four exact-colour images (ColorCLIP embeds them as their RGB): two per class, each captioned with its
+    class's one string, as template captions are."""
+    rgbs = [(255, 0, 0), (200, 150, 0), (0, 0, 255), (0, 150, 200)]
+    rows = {
+        "image": [Image.new("RGB", (4, 4), rgb) for rgb in rgbs],
+        "caption": ["a red square", "a red square", "a blue square", "a blue square"],
+        "label": [0, 0, 1, 1],
+    }
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "caption": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(class_names)),
+        }
+    )
+    return datasets.Dataset.from_dict(rows, features=features)
+
+
+def test_retrieval_protocols_on_hand_made_embeddings():
+    """Images red [1, 0, 0], [.8, .6, 0], blue [0, 0, 1], [0, .6, .8]; captions "red" [1, 0, 0] x2, "blue"
+    [0, 0, 1] x2. clip_benchmark: image 0's own caption ties with image 1's identical one (i2t R@1 = 1/2 for
+    every image); caption 1 ("red" of image 1) finds image 0 first (1.0 > 0.8), caption 0 finds its own (t2i
+    R@1 = 1/2). hf_vrl: two distinct texts, each image's caption ranks first, each text's first image is one
+    of its images: 1.0 both ways."""
+    ds = hand_dataset()
+    run = {"tasks": ("retrieval",), "batch_size": 3}
+    cb = evaluation.evaluate_clip(ColorCLIP(), color_processor, color_tokenizer, ds, **run)["retrieval"]
+    assert cb == {"i2t_R@1": 0.5, "t2i_R@1": 0.5, "n_texts": 4, "protocol": "clip_benchmark"}
+    old = evaluation.evaluate_clip(
+        ColorCLIP(), color_processor, color_tokenizer, ds, protocol="hf_vrl", **run
+    )
+    assert old["retrieval"] == {"i2t_R@1": 1.0, "t2i_R@1": 1.0, "n_texts": 2, "protocol": "hf_vrl"}
+
+
+def test_retrieval_uses_every_caption_of_an_image():
+    """A `caption` column of lists: image i's captions are all its texts (clip_benchmark's COCO / Flickr)."""
+    hand = hand_dataset()
+    features = datasets.Features({**hand.features, "caption": datasets.Sequence(datasets.Value("string"))})
+    captions = [[caption] * (1 + i % 2) for i, caption in enumerate(hand["caption"])]
+    ds = datasets.Dataset.from_dict({**hand.to_dict(), "caption": captions}, features=features)
+    report = evaluation.evaluate_clip(ColorCLIP(), color_processor, color_tokenizer, ds, tasks=("retrieval",))
+    assert report["retrieval"]["n_texts"] == 6
+    # image 1 owns 2 of the 3 "red" captions: R@1 2/3; image 0 owns 1 of 3: 1/3 (blue: the same)
+    assert report["retrieval"]["i2t_R@1"] == pytest.approx((1 / 3 + 2 / 3 + 1 / 3 + 2 / 3) / 4)
+
+
+class RecordingTokenizer:
+    """color_tokenizer that keeps every text it is given."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, texts, **kwargs):
+        self.seen += list(texts)
+        return color_tokenizer(texts)
+
+
+def test_zero_shot_prompts_follow_the_protocol():
+    """clip_benchmark: OpenAI's set for the dataset (here read off dataset.info), filled verbatim ("a apple");
+    hf_vrl: its 8 templates, "a {}" -> "an {}" before a vowel."""
+    ds = hand_dataset(class_names=("apple", "red"))
+    info = datasets.DatasetInfo(dataset_name="cifar10", features=ds.features)
+    ds = datasets.Dataset.from_dict(ds.to_dict(), features=ds.features, info=info)
+    tok = RecordingTokenizer()
+    report = evaluation.evaluate_clip(ColorCLIP(), color_processor, tok, ds, tasks=("zero_shot",))
+    cifar = OPENAI_TEMPLATES["cifar10"]
+    assert tok.seen == [t.format(name) for name in ("apple", "red") for t in cifar]
+    assert "a photo of a apple." in tok.seen
+    assert report["zero_shot"]["templates"] == "openai:cifar10" and report["zero_shot"]["n_templates"] == 18
+    # "apple" embeds as 0, "red" as [1, 0, 0]: images 0, 1 (apple) score red higher, wrong; images 2, 3 (red,
+    # but blue) score 0 for both classes, a tie: 1/2 each
+    assert report["zero_shot"]["top1"] == 0.25
+
+    tok = RecordingTokenizer()
+    report = evaluation.evaluate_clip(
+        ColorCLIP(), color_processor, tok, ds, tasks=("zero_shot",), protocol="hf_vrl"
+    )
+    assert tok.seen[0] == "a photo of an apple." and len(tok.seen) == 2 * len(ZERO_SHOT_TEMPLATES)
+    assert report["zero_shot"]["templates"] == "hf_vrl" and report["zero_shot"]["protocol"] == "hf_vrl"
+
+
+def test_zero_shot_prompts_lookup():
+    prompts = evaluation.zero_shot_prompts
+    assert prompts(dataset_name="digits").templates == OPENAI_TEMPLATES["mnist"]
+    assert prompts(dataset_name="digits").source == "openai:mnist"
+    assert prompts(dataset_name="cub:/data/CUB_200_2011").templates == ("a photo of a {}, a type of bird.",)
+    fallback = prompts(dataset_name="fashion_mnist")
+    assert len(fallback.templates) == 80 and fallback.source == "openai:imagenet (fallback)"
+    assert prompts(dataset_name="fashion_mnist", templates="cars").source == "openai:stanford_cars"
+    assert prompts(templates=["a {}"]).source == "custom" and prompts(templates=["a {}"]).fill is str.format
+    legacy = prompts("hf_vrl", dataset_name="cifar10")
+    assert legacy.templates == ZERO_SHOT_TEMPLATES and legacy.fill("a {}", "owl") == "an owl"
+    with pytest.raises(UserError, match="no template set named 'nope'"):
+        prompts(templates="nope")
+    with pytest.raises(UserError, match="unknown protocol"):
+        prompts("open_clip")
+
+
+def test_openai_templates_are_shipped_verbatim():
+    """Spot checks against openai/CLIP data/prompts.md and Prompt_Engineering_for_ImageNet.ipynb."""
+    from hf_vrl.data.prompts import IMAGENET_TEMPLATES
+
+    sizes = {name: len(templates) for name, templates in OPENAI_TEMPLATES.items()}
+    assert len(sizes) == 27 and sizes["imagenet"] == 80 and IMAGENET_TEMPLATES is OPENAI_TEMPLATES["imagenet"]
+    assert sizes["cifar10"] == sizes["cifar100"] == sizes["resisc45"] == 18 and sizes["caltech101"] == 34
+    assert (
+        sizes["stanford_cars"] == sizes["dtd"] == 8 and sizes["ucf101"] == 48 and sizes["kinetics700"] == 28
+    )
+    assert (IMAGENET_TEMPLATES[0], IMAGENET_TEMPLATES[-1]) == ("a bad photo of a {}.", "a tattoo of the {}.")
+    assert "a origami {}." in IMAGENET_TEMPLATES  # OpenAI's grammar, kept
+    assert OPENAI_TEMPLATES["mnist"] == ('a photo of the number: "{}".',)
+    assert OPENAI_TEMPLATES["food101"] == ("a photo of {}, a type of food.",)
+    assert OPENAI_TEMPLATES["fgvc_aircraft"] == (
+        "a photo of a {}, a type of aircraft.",
+        "a photo of the {}, a type of aircraft.",
+    )
+    assert all(t.count("{}") == 1 for templates in OPENAI_TEMPLATES.values() for t in templates)
+
+
+def test_on_task_end_sees_the_report_grow(clip):
+    model, proc, tok = clip
+    snapshots = []
+    evaluation.evaluate_clip(
+        model,
+        proc,
+        tok,
+        color_dataset(2),
+        tasks=("zero_shot", "clustering"),
+        mmvp=pairs_dataset(),
+        on_task_end=lambda report: snapshots.append(
+            sorted(k for k in ("zero_shot", "clustering", "mmvp") if k in report)
+        ),
+    )
+    assert snapshots == [["zero_shot"], ["clustering", "zero_shot"], ["clustering", "mmvp", "zero_shot"]]
+
+
+def test_text_only_model_is_refused_in_one_line(tmp_path):
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    text_model = CLIPTextModel(CLIPTextConfig(**TOWER, vocab_size=50, max_position_embeddings=16))
+    with pytest.raises(UserError, match="CLIPTextModel embeds no images") as error:
+        evaluation.evaluate_clip(text_model, image_processor(), char_tokenizer(), color_dataset(1))
+    assert "\n" not in str(error.value)
+    text_model.save_pretrained(tmp_path / "text")
+    out = tmp_path / "out"
+    with pytest.raises(UserError, match="embeds no images"):
+        evaluation.main(["--model", str(tmp_path / "text"), "--dataset", "shapes", "--output-dir", str(out)])
+    assert not out.exists()  # refused before anything is written
+
+
+# -- the device rule: inputs built on the CPU go to the model's device
+
+
+def test_helpers_run_on_the_models_device(clip, device):
+    model, proc, tok = clip
+    on_device = copy.deepcopy(model).to(device)
+    ds, pairs = color_dataset(2), pairs_dataset()
+    cpu_images = evaluation.encode_images(model, proc, ds["image"])
+    images = evaluation.encode_images(on_device, proc, ds["image"])
+    assert images.device.type == "cpu"
+    torch.testing.assert_close(images, cpu_images, atol=1e-4, rtol=1e-4)
+    texts = ["a red square", "a dark blue square"]
+    torch.testing.assert_close(
+        evaluation.encode_texts(on_device, tok, texts),
+        evaluation.encode_texts(model, tok, texts),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+    np.testing.assert_allclose(
+        evaluation.mmvp_logits(on_device, proc, tok, pairs),
+        evaluation.mmvp_logits(model, proc, tok, pairs),
+        atol=1e-4,
+    )
+    reference = copy.deepcopy(model)  # on the CPU: it moves with the model it serves
+    tasks = ("zero_shot", "retrieval", "clustering", "rsa")
+    kwargs = {"tasks": tasks, "mmvp": pairs, "templates": TEMPLATES}
+    report = evaluation.evaluate_clip(on_device, proc, tok, ds, reference_model=reference, **kwargs)
+    assert next(reference.parameters()).device.type == device.type
+    expected = evaluation.evaluate_clip(model, proc, tok, ds, reference_model=copy.deepcopy(model), **kwargs)
+    assert report.keys() == expected.keys()
+    for task in tasks:
+        assert report[task] == pytest.approx(expected[task], abs=1e-4)
+    assert report["mmvp"]["per_category"] == pytest.approx(expected["mmvp"]["per_category"], abs=1e-4)
 
 
 # -- the `hf-vrl eval` command
@@ -328,7 +538,7 @@ def test_main_writes_report_and_figures(clip_dir, mmvp_dir, registry, tmp_path):
     argv = ["--model", str(clip_dir), "--dataset", "colors", "--limit", "10", "--image-size", "16"]
     argv += ["--mmvp-dir", str(mmvp_dir), "--output-dir", str(out), "--batch-size", "4"]
     assert evaluation.main(argv) == 0
-    assert registry == [("colors", "test", 10, 16, 0), ("colors", "train", None, 16, 0)]
+    assert registry == [("colors", "test", 10, 16, 0), ("colors", "train", 10000, 16, 0)]  # probe capped
     report = json.loads((out / "report.json").read_text())
     assert report["model"] == str(clip_dir) and report["dataset"] == "colors" and report["n_samples"] == 10
     assert {"zero_shot", "retrieval", "clustering", "linear_probe", "mmvp"} <= set(report)
@@ -395,5 +605,78 @@ def test_streamed_sources_are_materialised_with_a_limit(monkeypatch):
     ds = evaluation.load_eval_dataset("webdataset:x", split="train", limit=6)
     assert isinstance(ds, datasets.Dataset) and len(ds) == 6
     assert ds.features["label"].names == list(COLORS)
-    with pytest.raises(ValueError, match="--limit"):
+    with pytest.raises(UserError, match="--limit"):
         evaluation.load_eval_dataset("webdataset:x", split="train")
+
+
+def test_main_logs_each_task_and_rewrites_the_report_as_tasks_finish(clip_dir, registry, tmp_path, caplog):
+    out = tmp_path / "run"
+    snapshots = []
+    real_write = evaluation._write_json
+
+    def write_and_read_back(path, data):
+        real_write(path, data)
+        snapshots.append(json.loads(path.read_text()))
+
+    argv = ["--model", str(clip_dir), "--dataset", "colors", "--no-figures", "--output-dir", str(out)]
+    with caplog.at_level(logging.INFO, logger="hf_vrl"), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluation, "_write_json", write_and_read_back)
+        assert evaluation.main(argv) == 0
+    tasks = list(evaluation.DEFAULT_TASKS)
+    assert [[t for t in tasks if t in s] for s in snapshots] == [
+        tasks[:1],
+        tasks[:2],
+        tasks[:3],
+        tasks,
+        tasks,
+    ]
+    assert [s["complete"] for s in snapshots] == [False, False, False, False, True]
+    assert snapshots[-1]["protocol"] == "clip_benchmark" and snapshots[-1]["train_limit"] == 10000
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("hf_vrl")]
+    for number, task in enumerate(tasks, start=1):
+        assert any(m.startswith(f"[{number}/4] {task}: ") for m in messages), messages
+
+
+def test_preset_without_weights_is_refused_in_one_line(tmp_path):
+    with pytest.raises(UserError, match="cannot load a model from 'tiny-clip'.*runs/demo/clip/final"):
+        evaluation.main(["--model", "tiny-clip", "--dataset", "shapes", "--output-dir", str(tmp_path / "o")])
+
+
+def help_example(capsys) -> list[str]:
+    """The arguments of the example that `hf-vrl eval --help` prints."""
+    with pytest.raises(SystemExit):
+        evaluation.main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    return help_text.split("example (after `make demo`): hf-vrl eval ", 1)[1].split()
+
+
+@pytest.fixture
+def after_make_demo(clip_dir, tmp_path, monkeypatch):
+    """A working directory holding a model where `make demo` saves the CLIP one."""
+    import shutil
+
+    from hf_vrl.data.offline import FASHION_MNIST_DIR
+
+    if not (FASHION_MNIST_DIR / "t10k-images-idx3-ubyte.gz").is_file():
+        pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+    shutil.copytree(clip_dir, tmp_path / "runs" / "demo" / "clip" / "final")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_help_example_works_after_make_demo(capsys, after_make_demo):
+    argv = help_example(capsys)
+    assert argv[argv.index("--model") + 1] == "runs/demo/clip/final"
+    assert evaluation.main([*argv, "--limit", "60", "--train-limit", "100", "--no-figures"]) == 0
+    report = json.loads((after_make_demo / "runs" / "eval" / "report.json").read_text())
+    assert report["complete"] and report["n_samples"] == 60 and report["linear_probe"]["n_train"] == 100
+    assert report["zero_shot"]["templates"] == "openai:imagenet (fallback)"
+
+
+@pytest.mark.slow
+def test_help_example_with_default_settings(capsys, after_make_demo):
+    """The full Fashion-MNIST test set and the default probe cap (a few minutes on 2 cores)."""
+    assert evaluation.main(help_example(capsys)) == 0
+    report = json.loads((after_make_demo / "runs" / "eval" / "report.json").read_text())
+    assert report["complete"] and report["n_samples"] == 10000
+    assert report["linear_probe"]["n_train"] == evaluation.DEFAULT_PROBE_TRAIN_LIMIT

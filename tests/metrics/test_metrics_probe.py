@@ -80,3 +80,37 @@ def test_few_shot_probe_one_shot_needs_a_single_C():
     assert res["Cs"] == [1.0, 1.0]
     with pytest.raises(ValueError, match="fewer than k"):
         few_shot_probe(xtr, ytr, xtr, ytr, k=1000, n_episodes=1, Cs=(1.0,))
+
+
+def test_convergence_warnings_become_one_summary_line(caplog, recwarn):
+    """Fits stopped by max_iter are counted and logged once, not printed as one warning per fit."""
+    import logging
+
+    xtr, ytr = imbalanced_separable(200, 0)
+    with caplog.at_level(logging.WARNING, logger="hf_vrl.metrics.probe"):
+        res = linear_probe(xtr, ytr, xtr, ytr, Cs=(1e-2, 1.0, 1e3), max_iter=1, seed=0)
+    assert res["n_not_converged"] >= 3  # the sweep's fits and the refit each stop after one iteration
+    assert not [w for w in recwarn if "converge" in str(w.message).lower()]
+    summaries = [r for r in caplog.records if "before converging" in r.getMessage()]
+    assert len(summaries) == 1 and f"{res['n_not_converged']} of 4" in summaries[0].getMessage()
+    assert linear_probe(xtr, ytr, xtr, ytr, Cs=(1.0,))["n_not_converged"] == 0
+
+
+def test_probe_fits_run_on_one_thread_by_default(monkeypatch):
+    """BLAS and OpenMP are limited to one thread during the fits (threads=None leaves the defaults)."""
+    from threadpoolctl import threadpool_info
+
+    seen = []
+    real_fit = LogisticRegression.fit
+
+    def fit(self, *args, **kwargs):
+        seen.append({pool["user_api"]: pool["num_threads"] for pool in threadpool_info()})
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(LogisticRegression, "fit", fit)
+    xtr, ytr = imbalanced_separable(60, 0)
+    linear_probe(xtr, ytr, xtr, ytr, Cs=(0.1, 1.0))
+    assert len(seen) == 3 and all(set(threads.values()) == {1} for threads in seen), seen
+    seen.clear()
+    linear_probe(xtr, ytr, xtr, ytr, Cs=(1.0,), threads=None)
+    assert seen == [{pool["user_api"]: pool["num_threads"] for pool in threadpool_info()}]

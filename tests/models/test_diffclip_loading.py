@@ -4,12 +4,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from remote_code import remote_load
 from test_diffclip_reference import text_batch, tiny_config_kwargs
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 from transformers import (
@@ -22,33 +22,8 @@ from transformers import (
 )
 
 import hf_vrl.models  # noqa: F401 - registers the Auto classes
+from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel, DiffCLIPVisionConfig, DiffCLIPVisionModel
-
-REMOTE_LOAD = textwrap.dedent(
-    """
-    import importlib.abc, sys
-
-    # hf_vrl is installed (editable) in this environment: make it unimportable, as on a user's machine.
-    class RefuseHfVrl(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_vrl" or name.startswith("hf_vrl."):
-                raise ImportError("hf_vrl must not be needed to load the remote code")
-
-    sys.meta_path.insert(0, RefuseHfVrl())
-    import torch
-    from transformers import AutoModel
-
-    model_dir, inputs_path, outputs_path = sys.argv[1:4]
-    model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).eval()
-    assert "hf_vrl" not in sys.modules, sorted(m for m in sys.modules if m.startswith("hf_vrl"))
-    assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
-    inputs = torch.load(inputs_path)
-    with torch.no_grad():
-        out = model(**inputs)
-    outputs = {"logits": out.logits_per_image, "image": out.image_embeds, "text": out.text_embeds}
-    torch.save({**outputs, "cls": type(model).__name__}, outputs_path)
-    """
-)
 
 
 def tiny_model(**overrides) -> DiffCLIPModel:
@@ -76,32 +51,30 @@ def test_save_then_fresh_process_remote_code_load_is_identical(tmp_path):
         "attention_mask": attention_mask,
         "pixel_values": torch.randn(3, 3, 16, 16),
     }
-    torch.save(inputs, tmp_path / "inputs.pt")
     with torch.no_grad():
         expected = model(**inputs)
-    env = {
-        **os.environ,
-        "PYTHONPATH": "",
-        "HF_HUB_OFFLINE": "1",
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "HF_HOME": str(tmp_path / "hf_home"),
-    }
-    script = tmp_path / "load.py"
-    script.write_text(REMOTE_LOAD)
-    args = [
-        sys.executable,
-        str(script),
-        str(model_dir),
-        str(tmp_path / "inputs.pt"),
-        str(tmp_path / "out.pt"),
-    ]
-    result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    loaded = torch.load(tmp_path / "out.pt")
+    loaded = remote_load(model_dir, inputs, tmp_path / "child")
     assert loaded["cls"] == "DiffCLIPModel"
-    torch.testing.assert_close(loaded["logits"], expected.logits_per_image, rtol=0, atol=0)
-    torch.testing.assert_close(loaded["image"], expected.image_embeds, rtol=0, atol=0)
-    torch.testing.assert_close(loaded["text"], expected.text_embeds, rtol=0, atol=0)
+    # exact comparison across processes: both split reductions over the same number of threads
+    assert loaded["threads"] == (torch.get_num_threads(), torch.get_num_interop_threads())
+    for name in ("logits_per_image", "logits_per_text", "image_embeds", "text_embeds"):
+        torch.testing.assert_close(loaded["outputs"][name], expected[name], rtol=0, atol=0, msg=name)
+
+
+def test_remote_code_refuses_transformers_older_than_supported(tmp_path):
+    tiny_model().save_pretrained(tmp_path / "model")
+    script = (
+        "import sys, transformers\n"
+        "transformers.__version__ = '4.56.2'  # the newest release before the supported range\n"
+        "from transformers import AutoModel\n"
+        "AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "model")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert "needs transformers>=4.57, found 4.56.2" in done.stderr
 
 
 def test_registered_auto_classes_resolve_without_remote_code(tmp_path):
@@ -144,7 +117,9 @@ def toy_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
+def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer, device):
+    """The pipeline on `device` (it moves the model there); the by-hand check builds its inputs on the CPU
+    and moves them to the model's device, as every caller of a moved model must."""
     model = tiny_model()
     image_processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
     image = Image.fromarray((np.random.default_rng(0).random((20, 24, 3)) * 255).astype("uint8"))
@@ -154,7 +129,9 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
         model=model,
         image_processor=image_processor,
         tokenizer=toy_tokenizer,
+        device=device,
     )
+    assert module_device(model).type == device.type
     result = classifier(image, candidate_labels=labels)
     assert sorted(r["label"] for r in result) == sorted(labels)
     assert sum(r["score"] for r in result) == pytest.approx(1.0)
@@ -163,8 +140,9 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
     texts = toy_tokenizer(
         [f"This is a photo of {label}." for label in labels], padding=True, return_tensors="pt"
     )
+    inputs = to_device({"pixel_values": pixel_values, **texts}, module_device(model), module_dtype(model))
     with torch.no_grad():
-        probs = model(pixel_values=pixel_values, **texts).logits_per_image.softmax(-1)[0]
+        probs = model(**inputs).logits_per_image.softmax(-1)[0]
     assert {r["label"]: r["score"] for r in result} == pytest.approx(
         dict(zip(labels, probs.tolist())), abs=1e-5
     )
@@ -172,7 +150,7 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
     model.save_pretrained(tmp_path)
     image_processor.save_pretrained(tmp_path)
     toy_tokenizer.save_pretrained(tmp_path)
-    from_dir = pipeline("zero-shot-image-classification", model=str(tmp_path))
+    from_dir = pipeline("zero-shot-image-classification", model=str(tmp_path), device=device)
     assert type(from_dir.model) is DiffCLIPModel
     scores = {r["label"]: r["score"] for r in from_dir(image, candidate_labels=labels)}
     assert scores == pytest.approx({r["label"]: r["score"] for r in result}, abs=1e-6)
@@ -181,11 +159,13 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer):
 def test_hf_vrl_eval_loads_a_saved_diffclip_without_remote_code(tmp_path):
     """hf_vrl's installed classes serve a saved DiffCLIP: `hf-vrl eval`, in a fresh process that has not
     imported hf_vrl.models yet, needs no --trust-remote-code."""
-    from hf_vrl.methods.diffclip.train import build_model, load_processors
+    from hf_vrl.methods.diffclip.build import build_model, load_processors
+    from hf_vrl.presets import load_preset
 
     image_processor, tokenizer = load_processors("tiny-clip", "tiny-clip")
     model_dir = tmp_path / "diffclip"
-    build_model("diffclip", "diffclip-tiny", tokenizer=tokenizer).save_pretrained(model_dir)
+    architecture = load_preset("diffclip-tiny")["model"]["architecture"]
+    build_model(architecture, "diffclip", tokenizer=tokenizer).save_pretrained(model_dir)
     image_processor.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "eval"

@@ -289,3 +289,93 @@ def test_outputs_follow_clip_conventions():
     vision.visual_projection.load_state_dict(model.visual_projection.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(vision(pixel_values=pixel_values).image_embeds, image.pooler_output)
+
+
+def test_configs_compare_by_value_and_round_trip():
+    small = DiffCLIPTextConfig(hidden_size=32, num_attention_heads=4)
+    assert small != DiffCLIPTextConfig(hidden_size=64, num_attention_heads=4)
+    assert small == DiffCLIPTextConfig.from_dict(small.to_dict())
+    config = DiffCLIPConfig(**tiny_config_kwargs(initializer_style="release"))
+    assert config == DiffCLIPConfig.from_dict(config.to_dict())
+    assert config != DiffCLIPConfig(**tiny_config_kwargs())
+    assert config.text_config.initializer_style == config.vision_config.initializer_style == "release"
+
+
+def test_release_initialisation_follows_the_released_rules():
+    """initializer_style="release": the released DiffCLIP's rule per parameter group (diff_clip.py's
+    `initialize_parameters` for the text tower; timm's ViT embeddings and PyTorch's layer defaults for the
+    vision tower)."""
+    torch.manual_seed(0)
+    tower = {"hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 4}
+    config = DiffCLIPConfig(
+        initializer_style="release",
+        projection_dim=64,
+        text_config={**tower, "num_hidden_layers": 8, "vocab_size": 1000, "max_position_embeddings": 77},
+        vision_config={**tower, "num_hidden_layers": 2, "image_size": 64, "patch_size": 8},
+    )
+    model = DiffCLIPModel(config)
+    params = dict(model.named_parameters())
+
+    def group(tower_name: str, suffix: str) -> torch.Tensor:
+        return torch.cat(
+            [
+                p.detach().flatten()
+                for n, p in params.items()
+                if n.startswith(tower_name) and n.endswith(suffix)
+            ]
+        )
+
+    def assert_normal(values: torch.Tensor, std: float) -> None:
+        assert abs(values.mean().item()) < 0.05 * std + 3 * std / values.numel() ** 0.5
+        assert values.std().item() == pytest.approx(std, rel=0.05)
+
+    def assert_uniform(values: torch.Tensor, bound: float) -> None:
+        assert values.abs().max().item() <= bound
+        assert values.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.1)
+
+    width, layers = 256, 8
+    attn_std, proj_std, fc_std = width**-0.5, width**-0.5 * (2 * layers) ** -0.5, (2 * width) ** -0.5
+    assert_normal(group("text_model.embeddings.token", "weight"), 0.02)
+    assert_normal(group("text_model.embeddings.position", "weight"), 0.01)
+    for name in ("q_proj.weight", "k_proj.weight", "v_proj.weight"):
+        assert_normal(group("text_model", name), attn_std)
+    assert_normal(group("text_model", "out_proj.weight"), proj_std)
+    assert_normal(group("text_model", "fc1.weight"), fc_std)
+    assert_normal(group("text_model", "fc2.weight"), proj_std)
+    for name in ("q_proj.bias", "k_proj.bias", "v_proj.bias", "out_proj.bias", "fc1.bias"):
+        assert_uniform(group("text_model", name), width**-0.5)  # PyTorch's default, fan_in = width
+    assert_uniform(group("text_model", "fc2.bias"), 1024**-0.5)
+
+    class_token = params["vision_model.embeddings.class_embedding"].detach()
+    assert class_token.abs().max().item() < 1e-5 and class_token.abs().max().item() > 0
+    assert_normal(group("vision_model.embeddings.position", "weight"), 0.02)
+    assert_uniform(group("vision_model.embeddings.patch", "weight"), (3 * 8 * 8) ** -0.5)
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj", "fc1"):
+        assert_uniform(group("vision_model", f"{name}.weight"), width**-0.5)
+        assert_uniform(group("vision_model", f"{name}.bias"), width**-0.5)
+    assert_uniform(group("vision_model", "fc2.weight"), 1024**-0.5)
+
+    assert_normal(group("", "lambda_q1"), 0.1)
+    assert all(
+        params[n].eq(1).all() for n in params if n.endswith(("diff_norm.weight", "layer_norm1.weight"))
+    )
+    assert all(params[n].eq(0).all() for n in params if n.endswith("layer_norm2.bias"))
+    assert_normal(params["visual_projection.weight"].detach().flatten(), width**-0.5)
+    assert_normal(params["text_projection.weight"].detach().flatten(), width**-0.5)
+
+
+def test_clip_initialisation_reaches_layers_of_parameterless_modules():
+    """CLIP's rule for the MLP and a plain (DiffCLIP†) attention, modules that own no parameter themselves."""
+    torch.manual_seed(0)
+    tower = {"hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 4, "num_hidden_layers": 8}
+    config = DiffCLIPConfig(
+        text_config={**tower, "differential_attention": False, "vocab_size": 100},
+        vision_config={**tower, "image_size": 32, "patch_size": 8},
+    )
+    model = DiffCLIPModel(config)
+    for tower_model in (model.text_model, model.vision_model):
+        layers = tower_model.encoder.layers
+        fc1 = torch.cat([layer.mlp.fc1.weight.detach().flatten() for layer in layers])
+        q_proj = torch.cat([layer.self_attn.q_proj.weight.detach().flatten() for layer in layers])
+        assert fc1.std().item() == pytest.approx(512**-0.5, rel=0.05)
+        assert q_proj.std().item() == pytest.approx(256**-0.5 * 16**-0.5, rel=0.05)

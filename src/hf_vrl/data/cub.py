@@ -71,6 +71,7 @@ def load_cub(
     limit: int | None = None,
     seed: int = 0,
     verify: bool = False,
+    sample_filter: SampleFilter | None = None,
 ) -> Dataset:
     """CUB-200-2011 `split` ("train" 5,994 / "test" 5,794 images in the official split) as a contract Dataset:
     image (RGB, cropped to the bird's box with `bbox_crop`), caption from the templates, label (200 cleaned
@@ -78,7 +79,8 @@ def load_cub(
     attributes (present attribute names) with `with_attributes`.
 
     Missing image files are skipped (counted and warned once). `verify=True` also decodes every image once
-    and skips the ones that fail, so that training never meets a corrupt file (slow: a full pass).
+    and skips the ones that fail, so that training never meets a corrupt file (slow: a full pass). Pass a
+    `sample_filter` to collect the skip counts.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -98,12 +100,12 @@ def load_cub(
         raise FileNotFoundError(f"bbox_crop=True needs {boxes_file}")
     attributes = _read_attributes(base) if with_attributes else None
 
-    checker = SampleFilter(f"CUB {split}")
+    checker = sample_filter or SampleFilter(f"CUB {split}")
     ids = []
     for image_id in sorted(i for i in paths if is_train[i] == (split == "train")):
         path = base / "images" / paths[image_id]
         if not path.is_file():
-            checker.skip(MISSING_IMAGE, str(path))
+            checker.skip(MISSING_IMAGE, str(path), paths[image_id])
             continue
         if verify and not _decodes(path, checker):
             continue
@@ -132,6 +134,6 @@ def _decodes(path: Path, checker: SampleFilter) -> bool:
     try:
         decode_image(path)
     except ImageDecodeError as error:
-        checker.skip(error.kind, str(error))
+        checker.skip(error.kind, str(error), str(path))
         return False
     return True

@@ -124,9 +124,9 @@ def _good_caption_rows(captions: list[Any], sample_filter: SampleFilter) -> list
     keep = []
     for index, caption in enumerate(captions):
         if caption is None:
-            sample_filter.skip(MISSING_CAPTION, f"row {index}")
+            sample_filter.skip(MISSING_CAPTION, f"row {index}", f"row {index}")
         elif not isinstance(caption, str) or not caption.strip():
-            sample_filter.skip(EMPTY_CAPTION, f"row {index}")
+            sample_filter.skip(EMPTY_CAPTION, f"row {index}", f"row {index}")
         else:
             keep.append(index)
     return keep

@@ -178,22 +178,34 @@ class SampleFilter:
     """Counts skipped samples by kind and warns once per kind; never raises for a bad sample.
 
     `counts` maps kind -> number skipped, `kept` counts samples that passed. Counts are per process: with
-    DataLoader workers each worker holds its own copy (and warns on its own).
+    DataLoader workers each worker holds its own copy. Give a `log` (an object with `record(kind, key)`, such
+    as `hf_vrl.run.data.SkipLog`) to collect the skips of every worker and process in one place; the warning
+    is then left to the process that reads the log (workers warn nothing).
     """
 
     def __init__(
-        self, name: str = "data", *, min_side: int = DEFAULT_MIN_SIDE, draft_size: int | None = None
+        self,
+        name: str = "data",
+        *,
+        min_side: int = DEFAULT_MIN_SIDE,
+        draft_size: int | None = None,
+        log: Any = None,
     ):
         self.name = name
         self.min_side = min_side
         self.draft_size = draft_size
+        self.log = log
         self.counts: Counter[str] = Counter()
         self.kept = 0
         self._warned: set[str] = set()
 
-    def skip(self, kind: str, detail: str = "") -> None:
-        """Count one skipped sample of `kind`; warn the first time this kind is seen."""
+    def skip(self, kind: str, detail: str = "", key: str = "") -> None:
+        """Count one skipped sample of `kind` (and log it under `key`); warn the first time this kind is
+        seen, unless a log collects the skips."""
         self.counts[kind] += 1
+        if self.log is not None:
+            self.log.record(kind, key or detail)
+            return
         if kind not in self._warned:
             self._warned.add(kind)
             warnings.warn(
@@ -209,7 +221,7 @@ class SampleFilter:
             text = clean_caption(caption)
             decoded = decode_image(image, min_side=self.min_side, draft_size=self.draft_size)
         except SampleError as error:
-            self.skip(error.kind, f"{error}" + (f" [{key}]" if key else ""))
+            self.skip(error.kind, f"{error}" + (f" [{key}]" if key else ""), key)
             return None
         self.kept += 1
         return decoded, text

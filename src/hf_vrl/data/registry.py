@@ -18,6 +18,7 @@ from typing import Any
 from datasets import Dataset, IterableDataset
 
 from . import cub, generic, offline, toy, webdataset
+from .images import SampleFilter
 
 SHAPES_SPLIT_SIZES = {"train": 2000, "test": 500}
 PREFIXES = ("cub", "webdataset", "parquet", "csv", "imagefolder", "hf")
@@ -80,24 +81,32 @@ def load_dataset_by_name(
     limit: int | None = None,
     seed: int = 0,
     image_size: int | None = None,
+    sample_filter: SampleFilter | None = None,
+    stream_options: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> Dataset | IterableDataset:
     """Load a contract dataset by name (see the module docstring). `image_size` resizes the generated and
     offline sets (others keep their size: the model's processor resizes); `limit` caps the number of rows
-    (a seeded random subset, or the first rows of a stream); extra kwargs go to the loader."""
+    (a seeded random subset, or the first rows of a stream); extra kwargs go to the loader.
+
+    `sample_filter` collects the skipped samples of the sources that can hold bad ones (files on disk; the
+    generated and offline sets have none); `stream_options` go to the streamed sources only
+    (`shuffle_buffer`, `decode_size`: see `webdataset.load_image_text`)."""
     if name in NAMED:
         ds = NAMED[name](split, limit=limit, seed=seed, image_size=image_size, **kwargs)
         return ds.to_iterable_dataset() if streaming else ds
     prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
     prefix = prefix or _detect(os.path.expanduser(target))
     target = os.path.expanduser(target)
-    common = {"limit": limit, "seed": seed}
+    common: dict[str, Any] = {"limit": limit, "seed": seed}
+    if sample_filter is not None:
+        common["sample_filter"] = sample_filter
     if prefix == "cub":
         if streaming:
             raise ValueError("CUB loads map-style (11,788 local images, read lazily); drop streaming=True")
         return cub.load_cub(target, split, **common, **kwargs)
     if prefix in ("webdataset", "parquet", "csv"):
-        return _stream(target, **common, **kwargs)
+        return _stream(target, **common, **(stream_options or {}), **kwargs)
     if prefix == "imagefolder":
         return generic.load_imagefolder(target, split, streaming=streaming, **common, **kwargs)
     return generic.load_hf_dataset(target, split, streaming=streaming, **common, **kwargs)

@@ -7,7 +7,9 @@ circles are always "upright"). Objects sit in distinct cells of a 2x2 grid insid
 per-object jitter. Drawn at 4x and box-downsampled (anti-aliased). Everything is a function of the seed.
 
 `label` is the shape (5 classes), `fine_label` the colour + shape (30 classes), `caption` describes the
-scene ("two small rotated red triangles at the top left"), `attributes` holds the factors.
+scene ("two small rotated red triangles at the top left"; `omit` leaves factors out, so that a model trained
+on
+the captions can be blind to one), `attributes` holds the factors.
 MMVP-style pairs (`shapes_mmvp_pairs`) differ in exactly one factor, the pair's `category`; statement i is
 the caption of image i, so it is true of image i only.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +44,7 @@ POSITIONS = ("top left", "top right", "bottom left", "bottom right")
 ORIENTATIONS = ("upright", "rotated")
 FINE_CLASSES = tuple(f"{colour} {shape}" for shape in SHAPES for colour in COLOURS)
 MMVP_CATEGORIES = ("colour", "count", "position", "orientation", "size")
+OMITTABLE = ("colour", "size", "orientation", "position")  # factors a caption can leave out
 
 _COUNT_WORDS = {1: "a", 2: "two", 3: "three"}
 _PLURALS = {"cross": "crosses"}
@@ -85,10 +89,22 @@ class Scene:
             "orientation": self.orientation,
         }
 
-    def caption(self) -> str:
+    def caption(self, omit: Collection[str] = ()) -> str:
+        """ "two small rotated red triangles at the top left"; `omit` leaves out factors (any of
+        OMITTABLE), e.g. a caption that never names the colour."""
+        unknown = sorted(set(omit) - set(OMITTABLE))
+        if unknown:
+            raise ValueError(f"captions can leave out {OMITTABLE}, not {unknown}")
         noun = self.shape if self.count == 1 else _PLURALS.get(self.shape, self.shape + "s")
-        turned = " rotated" if self.orientation == "rotated" else ""
-        return f"{_COUNT_WORDS[self.count]} {self.size}{turned} {self.colour} {noun} at the {self.position}"
+        words = [
+            _COUNT_WORDS[self.count],
+            "" if "size" in omit else self.size,
+            "rotated" if self.orientation == "rotated" and "orientation" not in omit else "",
+            "" if "colour" in omit else self.colour,
+            noun,
+            "" if "position" in omit else f"at the {self.position}",
+        ]
+        return " ".join(word for word in words if word)
 
 
 def _rng(seed: int, stream: str) -> np.random.Generator:
@@ -168,8 +184,11 @@ def shapes_features() -> Features:
     )
 
 
-def shapes_dataset(n: int, seed: int = 0, image_size: int = 32, split: str = "train") -> Dataset:
-    """`n` captioned shapes-world images; `split` selects an independent random stream for the same seed."""
+def shapes_dataset(
+    n: int, seed: int = 0, image_size: int = 32, split: str = "train", omit: Collection[str] = ()
+) -> Dataset:
+    """`n` captioned shapes-world images; `split` selects an independent random stream for the same seed;
+    `omit` leaves factors out of the captions (the images and labels are the same)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     rng = _rng(seed, f"shapes/{split}")
@@ -177,7 +196,7 @@ def shapes_dataset(n: int, seed: int = 0, image_size: int = 32, split: str = "tr
     return dataset_from_arrays(
         [np.asarray(render_scene(s, image_size)) for s in scenes],
         {
-            "caption": [s.caption() for s in scenes],
+            "caption": [s.caption(omit) for s in scenes],
             "label": [SHAPES.index(s.shape) for s in scenes],
             "fine_label": [FINE_CLASSES.index(f"{s.colour} {s.shape}") for s in scenes],
             "attributes": [s.attributes() for s in scenes],

@@ -139,7 +139,7 @@ def iter_tar(path: str, sample_filter: SampleFilter) -> Iterator[dict[str, Any]]
                 handle = tar.extractfile(member)
                 fields[match.group(2).lower()] = handle.read() if handle else b""
     except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
-        sample_filter.skip(TRUNCATED_SHARD, f"{path}: {error} (its incomplete last sample is dropped)")
+        sample_filter.skip(TRUNCATED_SHARD, f"{path}: {error} (its incomplete last sample is dropped)", path)
         return
     if key is not None:
         yield _tar_sample(key, fields)

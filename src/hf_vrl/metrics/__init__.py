@@ -5,8 +5,10 @@ from hf_vrl.metrics.clustering import cluster_accuracy, clustering_scores
 from hf_vrl.metrics.granularity import cdnv, granularity_scores, ncc_accuracy
 from hf_vrl.metrics.mmvp import MMVP_CATEGORIES, PROMPT_PREFIX, load_mmvp_vlm, mmvp_score
 from hf_vrl.metrics.probe import DEFAULT_CS, few_shot_probe, linear_probe
+from hf_vrl.metrics.ranking import topk_hits
+from hf_vrl.metrics.retrieval import retrieval_recall
 from hf_vrl.metrics.rsa import rsa_score
-from hf_vrl.metrics.zero_shot import retrieval_recall, zero_shot_accuracy, zero_shot_classifier
+from hf_vrl.metrics.zero_shot import zero_shot_accuracy, zero_shot_classifier
 
 __all__ = [
     "DEFAULT_CS",
@@ -23,6 +25,7 @@ __all__ = [
     "ncc_accuracy",
     "retrieval_recall",
     "rsa_score",
+    "topk_hits",
     "zero_shot_accuracy",
     "zero_shot_classifier",
 ]

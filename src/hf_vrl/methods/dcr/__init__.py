@@ -2,8 +2,10 @@
 
 loss.py       dcr_loss (Eq. 12) and the baselines' objectives (Eq. 7-9, 11)
 diffusion.py  the frozen SD UNet/VAE/scheduler (load_diffusion, tiny_diffusion)
+unet_split.py the UNet split at its first cross-attention (prefix once per noisy latent)
+memory.py     live-tensor accounting, the automatic UNet chunk size
 augment.py    the positive view a(x) in torch
-task.py       DCRTask: trainable DCRModel + frozen diffusion + objective -> {"loss", metrics}
+task.py       DCRTask: trainable DCRModel + frozen diffusion + objective -> {"loss", metrics}; DCRCollator
 trainer.py    DCRTrainer, prepare_stage (stage 1 projector / stage 2 LoRA / end-to-end)
 export.py     merge LoRA, save a plain transformers vision tower
 evaluate.py   before/after D-ability (clustering) and P-ability (MMVP-style)

@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import logging
 import math
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+    noop_context_fn,
+)
+
+from hf_vrl.devices import module_device, module_dtype
+from hf_vrl.methods.dcr.memory import choose_chunk_size, free_memory, measure_pair_memory
+from hf_vrl.methods.dcr.unet_split import SplitUNet
 
 logger = logging.getLogger(__name__)
 
 PREDICTION_TARGETS = ("epsilon", "v_prediction", "scheduler")
-CHECKPOINTING_MODES = ("none", "blocks", "chunks")
+RECOMPUTE_MODES = ("pointwise", "selective", "chunks")
+CHECKPOINTING_MODES = ("none", "blocks", *RECOMPUTE_MODES)
 _DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -57,6 +68,16 @@ class FrozenDiffusion(nn.Module):
     """Frozen SD UNet + VAE in reduced precision, the DDPM forward process and the empty-prompt embedding.
 
     Not part of the saved model: the trainer keeps it outside `DCRModel`. `train()` never unfreezes it.
+
+    Speed and memory of the B^2+B UNet passes (none changes a result beyond floating-point rounding):
+    reuse_prefix: run the UNet up to its first cross-attention once per noisy latent and continue from there
+        for each of its conditions (`unet_split.SplitUNet`); UNets it cannot split run whole passes.
+    compile_unet: `torch.compile` the per-chunk UNet work (and the prefix).
+    gradient_checkpointing: what the backward pass recomputes instead of keeping, from most kept to least.
+        "none"; "pointwise" (each UNet call's norms, activations and element-wise ops; the outputs of
+        convolutions, linear layers and attention are kept: no extra FLOPs); "selective" (the linear layers
+        too; convolution and attention outputs kept: recomputes about a third of the forward FLOPs);
+        "chunks" (each UNet call whole); "blocks" (diffusers' per-block checkpointing, every block whole).
     """
 
     def __init__(
@@ -67,6 +88,8 @@ class FrozenDiffusion(nn.Module):
         null_text_embeds: torch.Tensor,
         dtype: str | torch.dtype = torch.float32,
         gradient_checkpointing: str = "none",
+        reuse_prefix: bool = True,
+        compile_unet: bool = False,
     ):
         super().__init__()
         if gradient_checkpointing not in CHECKPOINTING_MODES:
@@ -83,6 +106,22 @@ class FrozenDiffusion(nn.Module):
         alphas_cumprod = scheduler.alphas_cumprod.detach().clone().float()
         self.register_buffer("alphas_cumprod", alphas_cumprod, persistent=False)
         self.register_buffer("null_text_embeds", null_text_embeds.detach().float().clone(), persistent=False)
+        self.split = self._split(reuse_prefix)
+        self.compile_unet = compile_unet
+        self._run = torch.compile(self._chunk) if compile_unet else self._chunk
+        self._prefix = None
+        if self.split is not None:
+            self._prefix = torch.compile(self.split.prefix) if compile_unet else self.split.prefix
+        self._chunk_sizes: dict[tuple, int | None] = {}
+
+    def _split(self, reuse_prefix: bool) -> SplitUNet | None:
+        if not reuse_prefix:
+            return None
+        reason = SplitUNet.unsupported_reason(self.unet)
+        if reason:
+            logger.warning("reuse_prefix: %s; every UNet pass runs whole", reason)
+            return None
+        return SplitUNet(self.unet)
 
     def train(self, mode: bool = True) -> FrozenDiffusion:
         """Stay in eval mode: the generative model is frozen (no dropout, no norm-statistics updates)."""
@@ -90,7 +129,11 @@ class FrozenDiffusion(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.unet.parameters()).dtype
+        return module_dtype(self.unet)
+
+    @property
+    def device(self) -> torch.device:
+        return module_device(self.unet)
 
     @property
     def num_train_timesteps(self) -> int:
@@ -104,8 +147,9 @@ class FrozenDiffusion(nn.Module):
     @torch.no_grad()
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """VAE latents x~ = Enc(x) * scaling_factor of images in [0, 1], at the resolution given (the CLIP
-        one)."""
-        posterior = self.vae.encode((images * 2.0 - 1.0).to(self.dtype)).latent_dist
+        one); on the VAE's device, float32."""
+        pixels = (images * 2.0 - 1.0).to(module_device(self.vae), module_dtype(self.vae))
+        posterior = self.vae.encode(pixels).latent_dist
         return posterior.sample().float() * self.vae.config.scaling_factor
 
     def sample_timesteps(self, batch_size: int, device: torch.device) -> torch.Tensor:
@@ -113,7 +157,9 @@ class FrozenDiffusion(nn.Module):
         return torch.randint(0, self.num_train_timesteps, (batch_size,), device=device)
 
     def _alphas(self, timesteps: torch.Tensor, ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        alpha_bar = self.alphas_cumprod[timesteps].view(-1, *([1] * (ndim - 1)))
+        alpha_bar = self.alphas_cumprod[timesteps.to(self.alphas_cumprod.device)].view(
+            -1, *([1] * (ndim - 1))
+        )
         return alpha_bar.sqrt(), (1.0 - alpha_bar).sqrt()
 
     def add_noise(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
@@ -142,12 +188,6 @@ class FrozenDiffusion(nn.Module):
             return latents
         raise ValueError(f"target must be one of {PREDICTION_TARGETS}, got {kind!r}")
 
-    def _unet(self, noisy: torch.Tensor, timesteps: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:
-        out = self.unet(
-            noisy.to(self.dtype), timesteps, encoder_hidden_states=conditions.to(self.dtype)
-        ).sample
-        return out.float()
-
     def predict(
         self,
         noisy: torch.Tensor,
@@ -155,58 +195,149 @@ class FrozenDiffusion(nn.Module):
         conditions: torch.Tensor,
         latent_index: torch.Tensor | None = None,
         condition_index: torch.Tensor | None = None,
-        chunk_size: int | None = None,
+        chunk_size: int | str | None = None,
     ) -> torch.Tensor:
         """eps_theta(x_t[latent_index], t[latent_index], c[condition_index]) for every pair, in chunks, fp32
-        out.
+        out, on the UNet's device.
 
         With indices, pair k pairs latent `latent_index[k]` with condition `condition_index[k]` (DCR's B^2
-        grid); without, latent k is paired with condition k. `chunk_size` bounds the UNet batch; with
-        `gradient_checkpointing="chunks"` each chunk is recomputed in backward so only its inputs are kept.
+        grid); without, latent k is paired with condition k. `chunk_size` bounds the UNet batch (None: one
+        call; "auto": chosen from the free CUDA memory, `resolve_chunk_size`).
         """
+        device, dtype = self.device, self.dtype
+        noisy, timesteps, conditions = (
+            noisy.to(device, dtype),
+            timesteps.to(device),
+            conditions.to(device, dtype),
+        )
         if latent_index is None:
-            latent_index = torch.arange(len(noisy), device=noisy.device)
+            latent_index = torch.arange(len(noisy), device=device)
         if condition_index is None:
             condition_index = latent_index
+        latent_index, condition_index = latent_index.to(device), condition_index.to(device)
         if latent_index.shape != condition_index.shape:
             raise ValueError("latent_index and condition_index must have the same length")
+        prefix = None
+        if self.split is not None:
+            with torch.no_grad():
+                prefix = self._prefix(noisy, timesteps)
         total = len(latent_index)
-        size = total if chunk_size is None else chunk_size
-        if size <= 0:
-            raise ValueError(f"unet_chunk_size must be positive, got {chunk_size}")
-        recompute = (
-            self.gradient_checkpointing == "chunks" and torch.is_grad_enabled() and conditions.requires_grad
+        size = self.resolve_chunk_size(
+            chunk_size, prefix, noisy, timesteps, conditions, latent_index, condition_index
         )
-        outputs = []
-        for start in range(0, total, size):
-            lat, cond = latent_index[start : start + size], condition_index[start : start + size]
-            if recompute:
-                outputs.append(
-                    checkpoint(self._pair_chunk, noisy, timesteps, conditions, lat, cond, use_reentrant=False)
-                )
-            else:
-                outputs.append(self._pair_chunk(noisy, timesteps, conditions, lat, cond))
-        return torch.cat(outputs)
+        size = size or total
+        outputs = [
+            self._run(
+                prefix,
+                noisy,
+                timesteps,
+                conditions,
+                latent_index[start : start + size],
+                condition_index[start : start + size],
+            )
+            for start in range(0, total, size)
+        ]
+        return torch.cat(outputs).float()
 
-    def _pair_chunk(self, noisy, timesteps, conditions, latent_index, condition_index) -> torch.Tensor:
-        return self._unet(noisy[latent_index], timesteps[latent_index], conditions[condition_index])
+    def _pairs(self, prefix, noisy, timesteps, conditions, latent_index, condition_index) -> torch.Tensor:
+        """One UNet call over the pairs: from the shared prefix when there is one, else whole passes."""
+        cond = conditions[condition_index]
+        if prefix is None:
+            return self.unet(noisy[latent_index], timesteps[latent_index], encoder_hidden_states=cond).sample
+        return self.split.suffix(prefix.select(latent_index), cond)
+
+    def _chunk(self, prefix, noisy, timesteps, conditions, latent_index, condition_index) -> torch.Tensor:
+        """`_pairs`, under `torch.utils.checkpoint` in the recompute modes (whole, or with a keep policy)."""
+        args = (prefix, noisy, timesteps, conditions, latent_index, condition_index)
+        if self.gradient_checkpointing not in RECOMPUTE_MODES or not (
+            torch.is_grad_enabled() and conditions.requires_grad
+        ):
+            return self._pairs(*args)
+        mode = self.gradient_checkpointing
+        context = _recompute_policy(mode) if mode in _KEPT_OUTPUTS else noop_context_fn
+        return checkpoint(self._pairs, *args, use_reentrant=False, context_fn=context)
+
+    def resolve_chunk_size(
+        self, chunk_size, prefix, noisy, timesteps, conditions, latent_index, condition_index
+    ) -> int | None:
+        """`chunk_size` itself (a positive int or None), or for "auto" the size `memory.choose_chunk_size`
+        picks from the device's free memory and a two-pass probe of the per-pass memory (once per grid shape;
+        None where no free-memory figure exists, e.g. on the CPU)."""
+        if chunk_size != "auto":
+            if chunk_size is not None and (
+                isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0
+            ):
+                raise ValueError(
+                    f"unet_chunk_size must be a positive int, None or 'auto', got {chunk_size!r}"
+                )
+            return chunk_size
+        key = (len(latent_index), tuple(noisy.shape), tuple(conditions.shape), self.gradient_checkpointing)
+        if key not in self._chunk_sizes:
+            free = free_memory(self.device)
+            size = None
+            if free is not None:
+                probe = (latent_index[:2], condition_index[:2])
+                kept, transient = measure_pair_memory(
+                    lambda cond: self._chunk(prefix, noisy, timesteps, cond, *probe), conditions
+                )
+                size = choose_chunk_size(len(latent_index), kept, transient, free)
+            logger.info("unet_chunk_size auto: %s UNet passes per call", size or len(latent_index))
+            self._chunk_sizes[key] = size
+        return self._chunk_sizes[key]
+
+
+def _aten_ops(*names: str) -> frozenset:
+    return frozenset(getattr(torch.ops.aten, name).default for name in names if hasattr(torch.ops.aten, name))
+
+
+_ATTENTION_OPS = _aten_ops(
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "bmm",  # the math attention path (and diffusers' baddbmm processor)
+    "baddbmm",
+)
+# What each recompute mode keeps from the forward pass; everything else is recomputed in backward.
+_KEPT_OUTPUTS = {
+    "selective": _ATTENTION_OPS | _aten_ops("convolution"),
+    "pointwise": _ATTENTION_OPS | _aten_ops("convolution", "mm", "addmm"),
+}
+
+
+def _recompute_policy(mode: str):
+    kept = _KEPT_OUTPUTS[mode]
+
+    def policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+        return CheckpointPolicy.MUST_SAVE if op in kept else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return partial(create_selective_checkpoint_contexts, policy)
 
 
 @torch.no_grad()
-def empty_prompt_embedding(pretrained: str | Path, device: str | torch.device = "cpu") -> torch.Tensor:
-    """The SD text encoder's embedding of the empty prompt `[1, 77, D]`, padded to the context length as SD's
-    pipelines do (official `uc`); computed once."""
+def empty_prompt_embedding(
+    pretrained: str | Path, device: str | torch.device = "cpu", attention_mask: bool = True
+) -> torch.Tensor:
+    """The SD text encoder's last hidden state for the empty prompt `[1, T, D]`, padded to the context
+    length T (the official `uc`); computed once.
+
+    `attention_mask=True` (official DCR code): the tokenizer's mask goes to the text encoder, so the padding
+    positions 2..T-1 attend only to BOS/EOS. `False`: no mask, every position attends to all earlier ones,
+    padding included (what SD pipelines do for their unconditional embedding). BOS and EOS come out the same
+    either way; the padding positions differ.
+    """
     from transformers import AutoTokenizer, CLIPTextModel
 
     tokenizer = AutoTokenizer.from_pretrained(str(pretrained), subfolder="tokenizer")
     text_encoder = CLIPTextModel.from_pretrained(
         str(pretrained), subfolder="text_encoder", dtype=torch.float32
-    )
+    ).to(device)
     max_length = min(tokenizer.model_max_length, text_encoder.config.max_position_embeddings)
-    ids = tokenizer(
+    tokens = tokenizer(
         [""], padding="max_length", max_length=max_length, truncation=True, return_tensors="pt"
-    ).input_ids
-    return text_encoder.to(device)(input_ids=ids.to(device)).last_hidden_state
+    )
+    mask = tokens.attention_mask.to(device) if attention_mask else None
+    return text_encoder(input_ids=tokens.input_ids.to(device), attention_mask=mask).last_hidden_state
 
 
 def load_diffusion(
@@ -214,13 +345,17 @@ def load_diffusion(
     dtype: str | torch.dtype = "bfloat16",
     gradient_checkpointing: str = "none",
     device: str | torch.device = "cpu",
+    empty_prompt_mask: bool = True,
+    reuse_prefix: bool = True,
+    compile_unet: bool = False,
 ) -> FrozenDiffusion:
     """Load a frozen SD-1.x/2.x pipeline (Hub id or local dir) for DCR.
 
     UNet and VAE go to `dtype` (bf16 by default, as the official code; the trained encoder stays fp32). The
     DDPM scheduler is built from the pipeline's `scheduler/` config (betas and `prediction_type`), falling
     back to SD's standard schedule when the folder has none. The text encoder is used once for the empty
-    prompt, then dropped.
+    prompt (`empty_prompt_embedding`, with its attention mask unless `empty_prompt_mask=False`), then dropped.
+    `gradient_checkpointing`, `reuse_prefix`, `compile_unet`: see `FrozenDiffusion`.
     """
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
 
@@ -233,8 +368,11 @@ def load_diffusion(
     except OSError:
         logger.warning("%s has no scheduler/ config: using SD's standard DDPM schedule (epsilon)", pretrained)
         scheduler = sd_ddpm_scheduler()
-    null = empty_prompt_embedding(pretrained, device)
-    return FrozenDiffusion(unet, vae, scheduler, null, dtype, gradient_checkpointing).to(device)
+    null = empty_prompt_embedding(pretrained, device, attention_mask=empty_prompt_mask)
+    diffusion = FrozenDiffusion(
+        unet, vae, scheduler, null, dtype, gradient_checkpointing, reuse_prefix, compile_unet
+    )
+    return diffusion.to(device)
 
 
 def tiny_diffusion(

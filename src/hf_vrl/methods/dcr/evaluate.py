@@ -4,10 +4,11 @@ pairs).
 D-ability follows the paper (§5.1, App. E.4): k-means on the image embeddings z, scored with NMI / ACC / ARI.
 P-ability follows MMVP-VLM (App. E.3) exactly as the official evaluation does it: the enhanced image embedding
 against the *original* CLIP text tower (DCR never changes the text side: the official code merges its LoRA
-into the full CLIPModel, whose text adapters get no gradient). A vision-only checkpoint has no text tower; it
-gets the image-image pair score instead (`pair_discrimination`): for each MMVP pair (a, b), an augmented view
-of a must be closer to a than to b and likewise for b; a pair counts when both hold. It asks the same question
-as MMVP — is the one differing detail in the embedding? — with views instead of statements.
+into the full CLIPModel, whose text adapters get no gradient); reported as `mmvp` where there is a text tower.
+Every encoder also gets the image-image pair score (`pairs`, `pair_discrimination`): for each MMVP pair (a, b),
+an augmented view of a must be closer to a than to b and likewise for b; a pair counts when both hold. It asks
+the same question as MMVP — is the one differing detail in the embedding? — with views instead of statements,
+so it also measures what a text tower cannot name (a CLIP never told about colour).
 """
 
 from __future__ import annotations
@@ -21,27 +22,36 @@ from torch import nn
 
 from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
+from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.methods.dcr.augment import DCRAugment
 from hf_vrl.methods.dcr.task import DCRCollator
 
 
 class DCREvalModel(nn.Module):
     """CLIP-like view of a DCR encoder for `hf_vrl.evaluation`: image features from the (enhanced) encoder,
-    text features from the original CLIP (`clip`, any model with `get_text_features`)."""
+    text features from the original CLIP (`clip`, any model with `get_text_features`).
+
+    The original CLIP is a frozen companion: it moves to the encoder's device here (and with `.to()` later),
+    and every call moves its inputs to the device (and floating dtype) of the tower it calls.
+    """
 
     def __init__(self, encoder: nn.Module, clip: nn.Module):
         super().__init__()
         self.encoder = encoder
-        self.clip = clip
+        self.clip = clip.to(module_device(encoder))
         self.config = clip.config
 
     def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
-        return self.encoder.get_image_features(pixel_values=pixel_values)
+        pixels = to_device(pixel_values, module_device(self.encoder), module_dtype(self.encoder))
+        return self.encoder.get_image_features(pixel_values=pixels)
 
     def get_text_features(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return as_embeddings(self.clip.get_text_features(input_ids=input_ids, attention_mask=attention_mask))
+        inputs = to_device(
+            {"input_ids": input_ids, "attention_mask": attention_mask}, module_device(self.clip)
+        )
+        return as_embeddings(self.clip.get_text_features(**inputs))
 
 
 @torch.inference_mode()
@@ -55,19 +65,19 @@ def embed_images(
     seed: int = 0,
     batch_size: int = 256,
 ) -> torch.Tensor:
-    """z for PIL images, preprocessed as in training (centre crop, resize, optional a(x), normalise); `[N,
-    D]`."""
-    collate = DCRCollator(image_size)
+    """z for PIL images (centre crop, resize, optional a(x), normalise) on the encoder's device and dtype;
+    `[N, D]` float32 on the CPU."""
+    collate = DCRCollator(image_size, crop_scale=None)
     mean, std = torch.tensor(mean).view(1, 3, 1, 1), torch.tensor(std).view(1, 3, 1, 1)
-    device = next(encoder.parameters()).device
+    device, dtype = module_device(encoder), module_dtype(encoder)
     generator = torch.Generator().manual_seed(seed)
     out = []
     for start in range(0, len(images), batch_size):
-        batch = torch.stack([collate.to_tensor(image) for image in images[start : start + batch_size]])
+        batch = torch.stack([collate.centre_crop(image) for image in images[start : start + batch_size]])
         if augment is not None:
             batch = augment(batch, generator)
-        pixels = ((batch - mean) / std).to(device)
-        out.append(encoder.get_image_features(pixel_values=pixels).float().cpu())
+        pixels = ((batch - mean) / std).to(device, dtype)
+        out.append(as_embeddings(encoder.get_image_features(pixel_values=pixels)).float().cpu())
     return torch.cat(out)
 
 
@@ -116,12 +126,11 @@ def evaluate_encoder(
     embeddings = embed_images(encoder, list(dataset["image"]), image_size, image_mean, image_std)
     report: dict[str, Any] = d_ability(embeddings, dataset)
     if pairs is not None:
+        report["pairs"] = pair_discrimination(encoder, pairs, image_size, image_mean, image_std)
+        report["pairs"]["protocol"] = "image-image pair discrimination (augmented view vs the two images)"
         if clip is not None and callable(getattr(clip, "get_text_features", None)):
             model = DCREvalModel(encoder, clip)
             report["mmvp"] = evaluate_mmvp(model, image_processor, tokenizer, pairs)
             report["mmvp"]["protocol"] = "MMVP-VLM: enhanced image tower vs the original text tower"
-        else:
-            report["mmvp"] = pair_discrimination(encoder, pairs, image_size, image_mean, image_std)
-            report["mmvp"]["protocol"] = "image-image pair discrimination (no text tower)"
     encoder.train(was_training)
     return report

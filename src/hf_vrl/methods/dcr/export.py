@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import torch
 from torch import nn
 from transformers import CLIPVisionModelWithProjection, PreTrainedModel
 
@@ -57,4 +58,32 @@ def export_vision_tower(
         _save_prefixed(merged.vision_model, out_dir)
     if image_processor is not None:
         image_processor.save_pretrained(out_dir)
+    return out_dir
+
+
+def export_base_model(model: nn.Module, base: str | Path, out_dir: str | Path) -> Path:
+    """The base checkpoint `base` (a CLIPModel / SiglipModel, or a vision tower) with the DCR model's
+    enhanced tower and projection merged in, written to `out_dir` with the base's processors.
+
+    This is what the official release saves (its LoRA merged into the whole CLIPModel): the text tower is the
+    original one, so zero-shot scoring and MMVP-VLM use the enhanced image embedding against the original text
+    embedding, as the paper evaluates P-ability.
+    """
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    from hf_vrl.models.dcr.modeling_dcr import _load_tower
+
+    merged = merge_lora(model)
+    full = _load_tower(str(base), torch.float32)  # the base's own class: CLIPModel, SiglipModel, ...
+    tower = getattr(full, "vision_model", full)  # a vision-only SigLIP base is the tower itself
+    tower.load_state_dict(merged.vision_model.state_dict())
+    if merged.visual_projection is not None and hasattr(full, "visual_projection"):
+        full.visual_projection.load_state_dict(merged.visual_projection.state_dict())
+    out_dir = Path(out_dir)
+    full.save_pretrained(out_dir)
+    for loader in (AutoImageProcessor, AutoTokenizer):
+        try:
+            loader.from_pretrained(str(base)).save_pretrained(out_dir)
+        except (OSError, ValueError):
+            continue  # a vision-only base has no tokenizer
     return out_dir

@@ -89,10 +89,18 @@ def dcr_loss(
     return (log_denominator - pos_logits.mean(dim=1)).mean()
 
 
-def reconstruction_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """L_rec, Eq. 8: squared error between the prediction and the diffusion target (DIVA-style), mean over
-    dims."""
-    return F.mse_loss(pred.float(), target.float())
+def reconstruction_loss(pred: torch.Tensor, target: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+    """L_rec, Eq. 8: E ||eps_theta - eps_gt||_2^2, the squared error between prediction and diffusion target.
+
+    `"sum"` (Eq. 8): the squared L2 norm over each sample's values, averaged over the batch. `"mean"`: the
+    mean over every value (DIVA's `F.mse_loss`), i.e. the `"sum"` loss divided by the D values per sample.
+    """
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+    squared = (pred.float() - target.float()).square()
+    if reduction == "mean":
+        return squared.mean()
+    return squared.flatten(1).sum(dim=1).mean()
 
 
 def supervised_contrastive_loss(
@@ -128,15 +136,24 @@ def joint_loss(
     return lambda_con * loss_con + lambda_rec * loss_rec
 
 
-def gradient_cosine(loss_a: torch.Tensor, loss_b: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """cos(g_a, g_b) with g = d loss / d features, Eq. 11 (the gradient-conflict diagnostic of §4.1).
+def gradient_cosine(
+    loss_a: torch.Tensor,
+    loss_b: torch.Tensor,
+    features: torch.Tensor,
+    rows: slice | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """cos(g_a, g_b) with g = d loss / d z, Eq. 11 (the gradient-conflict diagnostic of §4.1).
 
-    Keeps the graph so the caller can still backpropagate either loss. Returns NaN when a gradient is zero.
+    `rows` picks the rows of `features` that are the shared representation z (default: all); rows only one
+    loss depends on would add to one norm and nothing to the dot product. Keeps the graph so the caller can
+    still backpropagate either loss. Returns NaN when a gradient is zero.
     """
     grad_a = torch.autograd.grad(loss_a, features, retain_graph=True, allow_unused=True)[0]
     grad_b = torch.autograd.grad(loss_b, features, retain_graph=True, allow_unused=True)[0]
     if grad_a is None or grad_b is None:
         return torch.tensor(float("nan"), device=features.device)
+    if rows is not None:
+        grad_a, grad_b = grad_a[rows], grad_b[rows]
     grad_a, grad_b = grad_a.flatten().float(), grad_b.flatten().float()
     denominator = grad_a.norm() * grad_b.norm()
     if denominator == 0:

@@ -2,7 +2,14 @@
 
 `forward(pixel_values in [0, 1]) -> {"loss": ..., <metrics>}`; the trainer only calls it. Objectives:
 "dcr" (Eq. 12, Algorithm 1), "reconstruction" (Eq. 8, DIVA-style baseline) and "joint" (Eq. 9, naive baseline,
-with the gradient-conflict cosine of Eq. 11 logged each step).
+with the gradient-conflict cosine of Eq. 11 logged each step). `DCRCollator` makes the batches: the official
+data pipeline's random crop of each original image.
+
+Where the paper is silent and hf_vrl picks (the official release in brackets):
+- the projector's linears start from N(0, 0.02) with zero biases (`DCRConfig.initializer_range`) [PyTorch's
+  defaults for `nn.Linear`: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases];
+- the empty-prompt embedding is encoded with the tokenizer's attention mask [the same; SD pipelines use none:
+  `load_diffusion(empty_prompt_mask=False)`].
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from hf_vrl.methods.dcr.augment import DCRAugment, random_resized_crop, resize
+from hf_vrl.data.crop import random_resized_crop_box
+from hf_vrl.devices import module_device, module_dtype
+from hf_vrl.methods.dcr.augment import DCRAugment
 from hf_vrl.methods.dcr.diffusion import PREDICTION_TARGETS, FrozenDiffusion
 from hf_vrl.methods.dcr.loss import (
     dcr_logits,
@@ -26,6 +35,7 @@ from hf_vrl.methods.dcr.loss import (
 )
 
 OBJECTIVES = ("dcr", "reconstruction", "joint")
+REDUCTIONS = ("sum", "mean")
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -39,10 +49,15 @@ class DCRTaskConfig:
     target: the ground-truth positive eps_gt: "epsilon" (paper), "v_prediction" (official code) or
         "scheduler" (the pipeline's prediction_type).
     num_negatives: K random negatives per anchor instead of all B-1 (B(1+K)+B UNet passes instead of B^2+B).
-    unet_chunk_size: UNet evaluations per call (None: one call, as the official code).
+    unet_chunk_size: UNet evaluations per call (None: one call, as the official code; "auto": as many as the
+        free CUDA memory allows, see `FrozenDiffusion.resolve_chunk_size`).
+    reconstruction_reduction: L_rec of Eq. 8 per sample: "sum" (the paper's squared L2 norm over the D latent
+        values) or "mean" (their mean, as DIVA's `F.mse_loss`: the same loss / D, i.e. lambda_rec / D). Batch
+        mean either way.
     augment: keyword arguments of `DCRAugment` (the official recipe by default).
     official_augment: augment after CLIP normalisation, clamping there (official behaviour).
-    input_crop_scale: the data pipeline's RandomResizedCrop scale (official (0.9, 1)); None to disable.
+    input_crop_scale: the data pipeline's RandomResizedCrop scale on the original image (official (0.9, 1));
+        None for a centre crop. Applied by the collator (`DCRTask.collator`).
     image_mean, image_std: the encoder's normalisation (SigLIP: 0.5 / 0.5).
     """
 
@@ -50,7 +65,8 @@ class DCRTaskConfig:
     temperature: float = 0.1
     target: Literal["epsilon", "v_prediction", "scheduler"] = "epsilon"
     num_negatives: int | None = None
-    unet_chunk_size: int | None = None
+    unet_chunk_size: int | Literal["auto"] | None = None
+    reconstruction_reduction: Literal["sum", "mean"] = "sum"
     lambda_con: float = 1.0
     lambda_rec: float = 1.0
     augment: dict[str, Any] = field(default_factory=dict)
@@ -70,9 +86,14 @@ class DCRTaskConfig:
             raise ValueError(
                 f"num_negatives must be >= 1 (or None for the whole batch), got {self.num_negatives}"
             )
-        if self.unet_chunk_size is not None and self.unet_chunk_size < 1:
+        chunk = self.unet_chunk_size
+        if chunk not in (None, "auto") and (
+            isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1
+        ):
+            raise ValueError(f"unet_chunk_size must be >= 1, None (one UNet call) or 'auto', got {chunk!r}")
+        if self.reconstruction_reduction not in REDUCTIONS:
             raise ValueError(
-                f"unet_chunk_size must be >= 1 (or None for one UNet call), got {self.unet_chunk_size}"
+                f"reconstruction_reduction must be one of {REDUCTIONS}, got {self.reconstruction_reduction!r}"
             )
 
 
@@ -91,8 +112,9 @@ class DCRStep:
 class DCRTask(nn.Module):
     """Owns the trainable `DCRModel` (possibly LoRA-wrapped), the `FrozenDiffusion` and the objective.
 
-    Randomness (timesteps, noise, VAE sampling, augmentation, crops) uses torch's global RNG only, so the
-    Trainer's RNG checkpointing makes resumed runs exact.
+    Randomness (timesteps, noise, VAE sampling, augmentation) uses torch's global RNG only, so the Trainer's
+    RNG checkpointing makes resumed runs exact; the input crop is the collator's (`DCRCollator`). Inputs go to
+    the device of the model (and the frozen diffusion model moves with the task).
     """
 
     def __init__(self, model: nn.Module, diffusion: FrozenDiffusion, config: DCRTaskConfig | None = None):
@@ -114,7 +136,7 @@ class DCRTask(nn.Module):
                 f"DCRModel.condition_dim={model_config.condition_dim} but the UNet's cross_attention_dim is "
                 f"{unet_width}: build the model with condition_dim={unet_width}"
             )
-        if model_config.condition_mode == "official":
+        if getattr(model, "null_text_embeds", None) is not None:  # "official" and "cls_patches" conditions
             model.set_null_text_embeds(diffusion.null_text_embeds)
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
@@ -126,9 +148,12 @@ class DCRTask(nn.Module):
             return self.augment(self.normalize(images))
         return self.normalize(self.augment(images))
 
+    def collator(self, image_size: int) -> DCRCollator:
+        """The collator making this task's batches: `input_crop_scale` random crops of the original images."""
+        return DCRCollator(image_size, crop_scale=self.config.input_crop_scale)
+
     def prepare_inputs(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """Check the [0, 1] range and apply the dataset-level crop (official RandomResizedCrop, scale
-        0.9-1)."""
+        """Check the [0, 1] range and move to the model's device (the crop is the collator's)."""
         if pixel_values.dim() != 4 or pixel_values.shape[1] != 3:
             raise ValueError(f"pixel_values must be [B, 3, H, W], got {tuple(pixel_values.shape)}")
         low, high = pixel_values.aminmax()
@@ -137,12 +162,7 @@ class DCRTask(nn.Module):
                 f"DCRTask expects un-normalised images in [0, 1], got values in [{low:.3f}, {high:.3f}]: "
                 "pass the images before CLIP normalisation (the task normalises them itself)"
             )
-        if not self.training or self.config.input_crop_scale is None:
-            return pixel_values
-        size = tuple(pixel_values.shape[-2:])
-        return torch.stack(
-            [random_resized_crop(img, size, self.config.input_crop_scale) for img in pixel_values]
-        )
+        return pixel_values.to(module_device(self.model), torch.float32)
 
     def prepare_step(self, pixel_values: torch.Tensor, encoder: nn.Module | None = None) -> DCRStep:
         """Encode the clean (and, unless reconstruction-only, augmented) views in one encoder call, then draw
@@ -152,7 +172,7 @@ class DCRTask(nn.Module):
         views = [self.normalize(images)]
         if self.config.objective != "reconstruction":
             views.append(self.positive_view(images))
-        outputs = encoder(pixel_values=torch.cat(views))
+        outputs = encoder(pixel_values=torch.cat(views).to(module_dtype(self.model)))
         latents = self.diffusion.encode(images)
         noise = torch.randn_like(latents)
         timesteps = self.diffusion.sample_timesteps(len(images), latents.device)
@@ -176,10 +196,11 @@ class DCRTask(nn.Module):
         pred = self.diffusion.predict(
             step.noisy, step.timesteps, step.conditions[:batch], chunk_size=self.config.unet_chunk_size
         )
-        loss_rec = reconstruction_loss(pred, step.target)
+        loss_rec = reconstruction_loss(pred, step.target, self.config.reconstruction_reduction)
+        recon_mse = reconstruction_loss(pred.detach(), step.target, "mean")
         if self.config.objective == "reconstruction":
-            return {"loss": loss_rec, "recon_mse": loss_rec.detach()}
-        return self._joint(step.embeds, loss_rec)
+            return {"loss": loss_rec, "recon_mse": recon_mse}
+        return self._joint(step.embeds, loss_rec, recon_mse)
 
     def negative_columns(self, batch: int, device: torch.device) -> tuple[torch.Tensor, int | None]:
         """Condition columns per anchor row: the whole batch (anchor on the diagonal), or the anchor in column
@@ -216,7 +237,7 @@ class DCRTask(nn.Module):
             metrics = {
                 "sim_positive": pos_logits[:, 0].mean() * tau,
                 "sim_target": pos_logits[:, 1].mean() * tau,
-                "recon_mse": reconstruction_loss(anchor, target),
+                "recon_mse": reconstruction_loss(anchor, target, "mean"),
             }
             if neg_logits.shape[1]:
                 metrics["sim_negative"] = neg_logits.mean() * tau
@@ -224,43 +245,73 @@ class DCRTask(nn.Module):
                 metrics["contrastive_acc"] = (pos_logits.min(dim=1).values > hardest).float().mean()
         return {"loss": loss, **metrics}
 
-    def _joint(self, embeds: torch.Tensor, loss_rec: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Eq. 9 with L_con (Eq. 7) over the clean and augmented embeddings, each image its own class."""
+    def _joint(
+        self, embeds: torch.Tensor, loss_rec: torch.Tensor, recon_mse: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Eq. 9 with L_con (Eq. 7) over the clean and augmented embeddings, each image its own class; Eq.
+        11's cosine over the clean rows, the representation z both losses share (L_rec sees no augmented
+        view)."""
         batch = len(embeds) // 2
         labels = torch.arange(batch, device=embeds.device).repeat(2)
         loss_con = supervised_contrastive_loss(embeds, labels, self.config.temperature)
         loss = joint_loss(loss_con, loss_rec, self.config.lambda_con, self.config.lambda_rec)
-        metrics = {
-            "loss_con": loss_con.detach(),
-            "loss_rec": loss_rec.detach(),
-            "recon_mse": loss_rec.detach(),
-        }
+        metrics = {"loss_con": loss_con.detach(), "loss_rec": loss_rec.detach(), "recon_mse": recon_mse}
         if embeds.requires_grad and torch.is_grad_enabled():
-            metrics["grad_cos"] = gradient_cosine(loss_con, loss_rec, embeds)
+            metrics["grad_cos"] = gradient_cosine(loss_con, loss_rec, embeds, rows=slice(0, batch))
         return {"loss": loss, **metrics}
 
 
 @dataclass
 class DCRCollator:
-    """Rows with a PIL `image` -> `{"pixel_values": [B, 3, S, S] in [0, 1]}` (shorter side to S, centre crop).
+    """Rows with a PIL `image` -> `{"pixel_values": [B, 3, S, S] in [0, 1]}`.
 
-    Deterministic on purpose: the random crop of the official data pipeline is applied by the task
-    (`input_crop_scale`) on the torch RNG that the Trainer checkpoints.
+    With `crop_scale` (training): the official data pipeline's `RandomResizedCrop(S, scale=crop_scale,
+    ratio=(3/4, 4/3), bicubic)` on the original, possibly non-square image (PIL crop + bicubic resize, as
+    torchvision does on PIL images). With `crop_scale=None` (evaluation): the centred square of the shorter
+    side, resized to S.
+
+    Crop randomness comes from a `torch.Generator` seeded with the row's `sample_seed` (`seed_column`) when it
+    has one, a function of the sample, not of the order in which DataLoader workers prefetch; from torch's
+    global RNG otherwise.
     """
 
     image_size: int
+    crop_scale: tuple[float, float] | None = (0.9, 1.0)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    seed_column: str = "sample_seed"
 
-    def to_tensor(self, image) -> torch.Tensor:
-        array = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
-        tensor = torch.from_numpy(array).permute(2, 0, 1)
-        height, width = tensor.shape[-2:]
-        side = min(height, width)
-        top, left = (height - side) // 2, (width - side) // 2
-        return resize(
-            tensor[:, top : top + side, left : left + side], (self.image_size, self.image_size), "bicubic"
+    def __post_init__(self):
+        if self.crop_scale is not None and not 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1:
+            raise ValueError(f"crop_scale must satisfy 0 < low <= high <= 1, got {self.crop_scale}")
+
+    def _resize(self, image, box: tuple[int, int, int, int]) -> torch.Tensor:
+        from PIL import Image
+
+        size = (self.image_size, self.image_size)
+        crop = image.convert("RGB").crop(box).resize(size, Image.BICUBIC)
+        return torch.from_numpy(np.asarray(crop, dtype=np.float32) / 255.0).permute(2, 0, 1)
+
+    def centre_crop(self, image) -> torch.Tensor:
+        """The centred square of the shorter side, resized to S (bicubic): `[3, S, S]` in [0, 1]."""
+        side = min(image.width, image.height)
+        left, top = (image.width - side) // 2, (image.height - side) // 2
+        return self._resize(image, (left, top, left + side, top + side))
+
+    def random_crop(self, image, generator: torch.Generator | None = None) -> torch.Tensor:
+        """RandomResizedCrop of the original image: `[3, S, S]` in [0, 1]."""
+        top, left, h, w = random_resized_crop_box(
+            image.height, image.width, tuple(self.crop_scale), tuple(self.crop_ratio), generator
         )
+        return self._resize(image, (left, top, left + w, top + h))
+
+    def crop(self, row: dict[str, Any]) -> torch.Tensor:
+        if self.crop_scale is None:
+            return self.centre_crop(row["image"])
+        seed = row.get(self.seed_column)
+        generator = None if seed is None else torch.Generator().manual_seed(int(seed))
+        return self.random_crop(row["image"], generator)
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if not rows or "image" not in rows[0]:
             raise ValueError("DCRCollator needs rows with an 'image' column (see hf_vrl.data.schema)")
-        return {"pixel_values": torch.stack([self.to_tensor(row["image"]) for row in rows])}
+        return {"pixel_values": torch.stack([self.crop(row) for row in rows])}

@@ -10,6 +10,7 @@ OpenAI/MetaCLIP/SigLIP and SD-2.1-base checkpoints instead and skip this module.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import torch
@@ -50,39 +51,61 @@ def pretrain_clip(
     learning_rate: float = 2e-3,
     seed: int = 0,
 ) -> Path:
-    """Train a `CLIPModel` from `config_dir` (config + processor + tokenizer) with the CLIP loss; save to
-    `out_dir`."""
-    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel, TrainingArguments
+    """Train a `CLIPModel` from `config_dir` (config + processor + tokenizer) with the CLIP loss; save it with
+    its processors to `out_dir`.
 
+    A plain loop in this process (AdamW with weight decay on matrices, cosine schedule with 5 % warm-up, the
+    logit scale clamped at 100 after each step as open_clip does), so a run under several processes can build
+    this stand-in on its main process alone.
+    """
+    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel
+    from transformers.optimization import get_cosine_schedule_with_warmup
+
+    from hf_vrl.contrastive import clip_contrastive_loss
     from hf_vrl.data.collate import ImageTextCollator
-    from hf_vrl.trainer import ContrastiveTrainer
 
     out_dir = Path(out_dir)
     torch.manual_seed(seed)
-    model = CLIPModel(AutoConfig.from_pretrained(config_dir))
+    model = CLIPModel(AutoConfig.from_pretrained(config_dir)).train()
     processor, tokenizer = (
         AutoImageProcessor.from_pretrained(config_dir),
         AutoTokenizer.from_pretrained(config_dir),
     )
-    args = TrainingArguments(
-        output_dir=str(out_dir / "trainer"),
-        max_steps=steps,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
-        weight_decay=0.1,
-        warmup_steps=max(1, steps // 20),
-        lr_scheduler_type="cosine",
-        logging_steps=max(1, steps // 5),
-        save_strategy="no",
-        report_to="none",
-        use_cpu=not torch.cuda.is_available(),
-        seed=seed,
-        dataloader_drop_last=True,
-        remove_unused_columns=False,
+    matrices = [p for p in model.parameters() if p.ndim >= 2]
+    others = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=learning_rate)
+    schedule = get_cosine_schedule_with_warmup(optimizer, max(1, steps // 20), steps)
+    loader = DataLoader(
+        train_dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(seed),
+        collate_fn=ImageTextCollator(processor, tokenizer),
     )
-    collator = ImageTextCollator(processor, tokenizer)
-    ContrastiveTrainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator).train()
-    for part in (model, processor, tokenizer):
+    step = 0
+    while step < steps:
+        for batch in loader:
+            out = model(
+                pixel_values=batch["pixel_values"],
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+            )
+            scale = model.logit_scale.exp()  # this process alone, whatever group it belongs to:
+            loss = clip_contrastive_loss(out.image_embeds, out.text_embeds, scale, rank=0, world_size=1)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            with torch.no_grad():
+                model.logit_scale.clamp_(max=math.log(100.0))
+            step += 1
+            if step % max(1, steps // 5) == 0 or step == steps:
+                logger.info("toy CLIP step %d/%d: CLIP loss %.4f", step, steps, loss.item())
+            if step == steps:
+                break
+    for part in (model.eval(), processor, tokenizer):
         part.save_pretrained(out_dir)
     return out_dir
 
@@ -126,7 +149,7 @@ def build_tiny_sd(
     tokenizer = AutoTokenizer.from_pretrained(out_dir / "tokenizer")
     scheduler = DDPMScheduler.from_pretrained(out_dir / "scheduler")
     max_length = min(tokenizer.model_max_length, text_encoder.config.max_position_embeddings)
-    collate = DCRCollator(image_size)
+    collate = DCRCollator(image_size, crop_scale=None)
     generator = torch.Generator().manual_seed(seed)
     loader = DataLoader(
         train_dataset,

@@ -3,26 +3,45 @@
 * `diffclip_from_clip`: copies every CLIP weight into the same-named DiffCLIP leaf (the key map is the
   identity on CLIP's keys; the differential leaves are the only new ones) and initialises the differential
   branch so the converted model starts close to the CLIP (`differential_init="match_clip"`, explained in
-  `match_clip_init`).
+  `match_clip_init`), calibrated on real images and captions (`calibration_inputs`); the achieved closeness
+  is measured on held-out inputs and attached as `model.conversion_report` (`ConversionReport`).
 * `diffclip_from_official_checkpoint`: reads `hammh0a/DiffCLIP_ViTB16_CC3M|CC12M`'s `checkpoint_best.pt` (a
-  SLIP training checkpoint) without running pickled code, and maps its timm / OpenAI-style keys to DiffCLIP's.
+  SLIP training checkpoint) without running pickled code, and maps its timm / OpenAI-style keys to DiffCLIP's;
+  `slip_image_processor` reproduces SLIP's evaluation preprocessing.
 """
 
 import argparse
+import contextlib
+import logging
 import math
 import os
 import pathlib
 import pickle
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from PIL import Image
 from torch import nn
-from transformers import CLIPModel
+from transformers import (
+    AutoImageProcessor,
+    AutoTokenizer,
+    CLIPImageProcessor,
+    CLIPImageProcessorPil,
+    CLIPModel,
+)
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
+from hf_vrl.contrastive import as_embeddings
+from hf_vrl.devices import module_device, module_dtype, to_device
+from hf_vrl.errors import UserError
 from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
+
+logger = logging.getLogger(__name__)
 
 DIFFERENTIAL_LEAVES = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "diff_norm.weight")
 TOWERS = ("text_model", "vision_model")
@@ -184,8 +203,16 @@ def set_lambda(attention: nn.Module, target: float) -> None:
         lambda_k.copy_(scale * (u1 - u2) + dot / (2 * scale) * (u1 + u2))
 
 
+# --- calibration data --------------------------------------------------------------------------------------
+
+SYNTHETIC = "synthetic"  # `calibration_data` value: the data-free batch (N(0, 1) pixels, random tokens)
+CALIBRATION_SAMPLES = 64  # examples per tower; the last quarter is held out for the report
+_CALIBRATION_SPLIT = "calibration"  # a shapes-world stream of its own, apart from its train/test splits
+
+
 def synthetic_calibration_inputs(config: DiffCLIPConfig, batch_size: int = 8, seed: int = 0) -> dict:
-    """Data-free calibration batch: N(0, 1) pixels (as CLIP-normalised images roughly are), random tokens."""
+    """Data-free calibration batch: N(0, 1) pixels (as CLIP-normalised photos roughly are) and random token
+    ids between BOS and a final EOS (where the text embedding is pooled)."""
     generator = torch.Generator().manual_seed(seed)
     vision, text = config.vision_config, config.text_config
     pixels = torch.randn(
@@ -194,7 +221,197 @@ def synthetic_calibration_inputs(config: DiffCLIPConfig, batch_size: int = 8, se
     input_ids = torch.randint(
         0, text.vocab_size, (batch_size, text.max_position_embeddings), generator=generator
     )
+    eos = text.eos_token_id[0] if isinstance(text.eos_token_id, list) else text.eos_token_id
+    for position, token in ((0, text.bos_token_id), (-1, eos)):
+        if token is not None:
+            input_ids[:, position] = token
     return {"pixel_values": pixels, "input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
+def clip_processors(
+    clip_path: str | os.PathLike | None, image_size: int, image_processor: Any = None, tokenizer: Any = None
+) -> tuple[Any, Any]:
+    """(image processor, tokenizer): those given, else those saved with a CLIP at `clip_path` (the tokenizer
+    is None where there is none). Without a saved image processor, CLIP's default at `image_size`: resize the
+    shortest edge (bicubic), centre crop, OpenAI mean/std."""
+    if clip_path is not None and image_processor is None:
+        with contextlib.suppress(OSError, ValueError):
+            image_processor = AutoImageProcessor.from_pretrained(clip_path)
+    if clip_path is not None and tokenizer is None:
+        with contextlib.suppress(OSError, ValueError):
+            tokenizer = AutoTokenizer.from_pretrained(clip_path)
+    if image_processor is None:
+        image_processor = CLIPImageProcessor(
+            size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+        )
+    return image_processor, tokenizer
+
+
+def _rows(data: Any, image_size: int, num_samples: int) -> tuple[list, list[str] | None, str]:
+    """(images, captions or None, description) from a dataset name, a `datasets` dataset or PIL images."""
+    from datasets import Dataset, IterableDataset
+
+    from hf_vrl.data import load_dataset_by_name, shapes_dataset
+
+    if data is None:
+        data = shapes_dataset(num_samples, image_size=image_size, split=_CALIBRATION_SPLIT)
+        name = "the shapes world (hf_vrl.data)"
+    elif isinstance(data, str):
+        name = repr(data)
+        data = load_dataset_by_name(data, "train", limit=num_samples, image_size=image_size)
+    else:
+        name = f"the given {type(data).__name__}"
+    if isinstance(data, (Dataset, IterableDataset)):
+        rows = list(data.take(num_samples))
+        if not rows or "image" not in rows[0]:
+            columns = sorted(rows[0]) if rows else []
+            raise UserError(
+                f"The calibration dataset has no 'image' column (columns: {columns}): rename the images to "
+                "'image' (and the captions to 'caption'), or pass a list of PIL images."
+            )
+        captions = [row["caption"] for row in rows] if "caption" in rows[0] else None
+        return [row["image"] for row in rows], captions, f"{name} ({len(rows)} rows)"
+    if isinstance(data, Sequence) and data and all(isinstance(image, Image.Image) for image in data):
+        return list(data), None, f"{len(data)} given images"
+    raise UserError(
+        f"calibration_data must be None (the shapes world), {SYNTHETIC!r}, a dataset name, a `datasets` "
+        f"dataset with an 'image' column, a list of PIL images or a dict of tensors; got "
+        f"{type(data).__name__}."
+    )
+
+
+def _shapes_captions(num_samples: int) -> list[str]:
+    from hf_vrl.data import shapes_dataset
+
+    return shapes_dataset(num_samples, image_size=8, split=_CALIBRATION_SPLIT)["caption"]
+
+
+def calibration_inputs(
+    data: Any,
+    config: DiffCLIPConfig,
+    image_processor: Any,
+    tokenizer: Any,
+    num_samples: int = CALIBRATION_SAMPLES,
+) -> tuple[dict[str, torch.Tensor], str]:
+    """The calibration batch {pixel_values, input_ids, attention_mask} and a description of its source.
+
+    `data`: None (the generated shapes world and its captions at the model's resolution), `SYNTHETIC` (the
+    data-free batch), a `hf_vrl.data.load_dataset_by_name` name ("fashion_mnist", "imagefolder:DIR", ...), a
+    `datasets` dataset with an `image` and optionally a `caption` column, a list of PIL images, or a dict of
+    pre-processed tensors (`pixel_values`, optionally `input_ids` / `attention_mask`). Images go through
+    `image_processor`, captions through `tokenizer`; where no captions are given the shapes-world captions are
+    used, and without a tokenizer random token ids (with a warning). The towers may get different counts.
+    """
+    if isinstance(data, str) and data == SYNTHETIC:
+        batch = synthetic_calibration_inputs(config, num_samples)
+        return (
+            batch,
+            "synthetic inputs (N(0, 1) pixels, random token ids: the report says nothing of real data)",
+        )
+    if isinstance(data, Mapping):
+        batch, captions = {key: torch.as_tensor(value) for key, value in data.items()}, None
+        description = "the given tensors"
+        if "pixel_values" not in batch:
+            raise UserError("calibration_data as a dict needs 'pixel_values' (pre-processed images).")
+    else:
+        images, captions, description = _rows(data, config.vision_config.image_size, num_samples)
+        batch = {"pixel_values": image_processor(images=images, return_tensors="pt")["pixel_values"]}
+    if "input_ids" in batch:
+        batch.setdefault("attention_mask", torch.ones_like(batch["input_ids"]))
+    elif tokenizer is not None:
+        from hf_vrl.data import ImageTextCollator
+
+        if captions is None:
+            captions, description = _shapes_captions(num_samples), f"{description}, shapes-world captions"
+        max_length = config.text_config.max_position_embeddings
+        batch.update(ImageTextCollator(image_processor, tokenizer, max_length=max_length).tokenize(captions))
+    else:
+        logger.warning(
+            "No tokenizer for the calibration captions: the text tower is calibrated on random token ids. "
+            "Pass tokenizer= (the CLIP's tokenizer) or the CLIP as a path to calibrate on real captions."
+        )
+        synthetic = synthetic_calibration_inputs(config, num_samples)
+        batch.update({key: synthetic[key] for key in ("input_ids", "attention_mask")})
+        description = f"{description}, random token ids"
+    size = config.vision_config.image_size
+    if tuple(batch["pixel_values"].shape[-2:]) != (size, size):
+        raise UserError(
+            f"Calibration images are {tuple(batch['pixel_values'].shape[-2:])} px but the CLIP takes "
+            f"{size} px: pass the CLIP's image_processor (or pre-processed pixel_values of that size)."
+        )
+    return batch, description
+
+
+def split_heldout(batch: Mapping[str, torch.Tensor]) -> tuple[dict, dict]:
+    """(calibration, held-out): the last quarter (at least one) of each tower's examples is held out."""
+    calibration, heldout = {}, {}
+    for key, value in batch.items():
+        count = len(value)
+        if count < 2:
+            raise UserError(
+                f"Calibration needs at least 2 examples per tower (one is held out to report the result); "
+                f"got {count} for {key!r}. Pass more images or captions."
+            )
+        cut = count - max(1, count // 4)
+        calibration[key], heldout[key] = value[:cut], value[cut:]
+    return calibration, heldout
+
+
+@contextlib.contextmanager
+def evaluating(*modules: nn.Module) -> Iterator[None]:
+    """Put `modules` in eval mode, with gradients off, and restore their training flags afterwards."""
+    flags = [module.training for module in modules]
+    try:
+        for module in modules:
+            module.eval()
+        with torch.no_grad():
+            yield
+    finally:
+        for module, flag in zip(modules, flags):
+            module.train(flag)
+
+
+def embed(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(image, text) embeddings of a CLIP-like model, float32 on the CPU; inputs go to the model's device."""
+    batch = to_device(inputs, module_device(model), module_dtype(model))
+    with evaluating(model):
+        image = as_embeddings(model.get_image_features(pixel_values=batch["pixel_values"]))
+        text = as_embeddings(
+            model.get_text_features(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        )
+    return image.float().cpu(), text.float().cpu()
+
+
+@dataclass(frozen=True)
+class ConversionReport:
+    """How close a converted DiffCLIP starts to its CLIP: the mean cosine between their image (text)
+    embeddings on held-out calibration-like inputs (1 = the same directions)."""
+
+    image_cosine: float
+    text_cosine: float
+    heldout_images: int
+    heldout_texts: int
+    calibration: str
+
+    def __str__(self) -> str:
+        return (
+            f"mean cosine to the CLIP on held-out inputs: image {self.image_cosine:.3f} "
+            f"({self.heldout_images} images), text {self.text_cosine:.3f} ({self.heldout_texts} texts); "
+            f"calibrated on {self.calibration}"
+        )
+
+
+def conversion_report(
+    model: nn.Module, clip: nn.Module, heldout: Mapping[str, torch.Tensor], calibration: str
+) -> ConversionReport:
+    """Compare `model` with `clip` on the held-out inputs (see `ConversionReport`)."""
+    ours, theirs = embed(model, heldout), embed(clip, heldout)
+    image, text = (F.cosine_similarity(a, b, dim=-1).mean().item() for a, b in zip(ours, theirs))
+    count_images, count_texts = len(heldout["pixel_values"]), len(heldout["input_ids"])
+    return ConversionReport(image, text, count_images, count_texts, calibration)
+
+
+# --- the CLIP -> DiffCLIP initialisation -------------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -204,8 +421,10 @@ def head_pair_scales(clip: nn.Module, inputs: Mapping[str, torch.Tensor], eps: M
     For the 2·head_dim output z of a pair of CLIP heads (2m, 2m+1) at one token, RMSNorm gives z/r with
     r = sqrt(mean(z²) + eps); the scale w′ minimising Σ‖w′⊙z/r − z‖² over tokens and pairs is
     w′_c = Σ z_c²/r / Σ z_c²/r² (a scalar w′ would be the mean of r). Padding tokens are left out. `eps` maps
-    each tower to calibrate ("text_model", "vision_model") to its RMSNorm epsilon.
+    each tower to calibrate ("text_model", "vision_model") to its RMSNorm epsilon. The inputs are moved to the
+    CLIP's device and dtype.
     """
+    inputs = to_device(inputs, module_device(clip), module_dtype(clip))
     scales, handles = {}, []
     valid = {"text_model": inputs["attention_mask"].bool(), "vision_model": None}
 
@@ -216,7 +435,7 @@ def head_pair_scales(clip: nn.Module, inputs: Mapping[str, torch.Tensor], eps: M
                 pairs = pairs[valid[tower]]
             z = pairs.reshape(-1, 2 * head_dim)
             r = torch.sqrt(z.pow(2).mean(-1, keepdim=True) + eps[tower])
-            scales[name] = (z.pow(2) / r).sum(0) / (z.pow(2) / r.pow(2)).sum(0).clamp_min(1e-12)
+            scales[name] = ((z.pow(2) / r).sum(0) / (z.pow(2) / r.pow(2)).sum(0).clamp_min(1e-12)).cpu()
 
         return hook
 
@@ -228,17 +447,15 @@ def head_pair_scales(clip: nn.Module, inputs: Mapping[str, torch.Tensor], eps: M
                 handles.append(
                     module.out_proj.register_forward_pre_hook(collect(f"{tower}.{name}", tower, head_dim))
                 )
-    was_training = clip.training
-    clip.eval()
     try:
-        if "vision_model" in eps:
-            clip.get_image_features(pixel_values=inputs["pixel_values"])
-        if "text_model" in eps:
-            clip.get_text_features(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+        with evaluating(clip):
+            if "vision_model" in eps:
+                clip.get_image_features(pixel_values=inputs["pixel_values"])
+            if "text_model" in eps:
+                clip.get_text_features(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
     finally:
         for handle in handles:
             handle.remove()
-        clip.train(was_training)
     return scales
 
 
@@ -260,7 +477,10 @@ def match_clip_init(
       A_2m − 0.8 A_2m+1: rows sum to 0.2 and the second map is subtracted; that is what collapses.
     * RMSNorm weight = w′/(1 − λ_init), with w′ the per-channel least-squares scale of the CLIP head-pair
       outputs on `calibration_inputs` (`head_pair_scales`): the RMSNorm otherwise sets every pair output to
-      unit RMS, times (1 − λ_init) = 0.2, far from CLIP's scale. Per-token scale differences remain.
+      unit RMS, times (1 − λ_init) = 0.2, far from CLIP's scale. Per-token scale differences remain. w′
+      follows the activation scale of the calibration inputs, so they should look like the CLIP's data: real
+      images and captions (N(0, 1) noise is far from, e.g., mostly white images, and w′ then comes out
+      several times too small).
     """
     towers = [getattr(model, tower).config for tower in TOWERS]
     eps = {
@@ -279,34 +499,56 @@ def diffclip_from_clip(
     model_class: type[DiffCLIPModel] = DiffCLIPModel,
     differential_init: str = "match_clip",
     initial_lambda: float = -1.0,
-    calibration_inputs: Mapping[str, torch.Tensor] | None = None,
+    calibration_data: Any = None,
+    image_processor: Any = None,
+    tokenizer: Any = None,
+    calibration_samples: int = CALIBRATION_SAMPLES,
     **config_overrides: Any,
 ) -> DiffCLIPModel:
     """Convert a transformers `CLIPModel` (instance, local path or Hub id) into a float32 DiffCLIP model.
 
     Every CLIP weight is copied (`copy_clip_weights`). The differential leaves are then initialised by
-    `differential_init`: `"match_clip"` (`match_clip_init`, calibrated on `calibration_inputs` — a dict with
-    `pixel_values`, `input_ids`, `attention_mask` — or on a synthetic batch) or `"random"` (the DiffCLIP init
-    λ ≈ λ_init, RMSNorm weight 1: the naive conversion). `config_overrides` go to `build_config`, e.g.
-    `diff_attention_in_text=False` (DiffCLIP†) or `lambda_init_schedule="depth"` (DiffCLIP*).
+    `differential_init`: `"match_clip"` (`match_clip_init`) or `"random"` (the DiffCLIP init λ ≈ λ_init,
+    RMSNorm weight 1: the naive conversion). "match_clip" calibrates on `calibration_data` (see
+    `calibration_inputs`: by default `calibration_samples` generated shapes-world images and captions at the
+    CLIP's resolution; `"synthetic"` for the data-free batch; or your own images/dataset, which fit the
+    CLIP's domain better), preprocessed with `image_processor` / `tokenizer`, by default those saved with a
+    CLIP given as a path. A quarter of the examples is held out: `model.conversion_report`
+    (`ConversionReport`, also logged) gives the mean cosine per tower between the DiffCLIP and CLIP
+    embeddings on them.
+    `config_overrides` go to `build_config`, e.g. `diff_attention_in_text=False` (DiffCLIP†) or
+    `lambda_init_schedule="depth"` (DiffCLIP*).
     """
     if differential_init not in ("match_clip", "random"):
         raise ValueError(f"differential_init must be 'match_clip' or 'random', got {differential_init!r}.")
-    clip = clip_model_or_path
+    clip, clip_path = clip_model_or_path, None
     if isinstance(clip, (str, os.PathLike)):
-        clip = CLIPModel.from_pretrained(clip, dtype=torch.float32)
+        clip_path, clip = clip, CLIPModel.from_pretrained(clip, dtype=torch.float32)
     if not isinstance(clip, CLIPModel):
         raise TypeError(f"Expected a transformers CLIPModel or a path to one, got {type(clip).__name__}.")
     config = diffclip_config_from_clip(clip.config, model_class.config_class, **config_overrides)
     model = model_class(config)
     copy_clip_weights(clip, model)
+    image_processor, tokenizer = clip_processors(
+        clip_path, config.vision_config.image_size, image_processor, tokenizer
+    )
+    batch, description = calibration_inputs(
+        calibration_data, config, image_processor, tokenizer, calibration_samples
+    )
+    calibration, heldout = split_heldout(batch)
     if differential_init == "match_clip":
-        inputs = dict(synthetic_calibration_inputs(config))
-        inputs.update(calibration_inputs or {})
-        if "attention_mask" not in (calibration_inputs or {}):
-            inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
-        device = next(clip.parameters()).device
-        match_clip_init(model, clip, {k: v.to(device) for k, v in inputs.items()}, initial_lambda)
+        match_clip_init(model, clip, calibration, initial_lambda)
+    model.conversion_report = conversion_report(model, clip, heldout, description)
+    report = model.conversion_report
+    if min(report.image_cosine, report.text_cosine) < 0.9:
+        logger.warning(
+            "DiffCLIP from CLIP (%s init) starts far from the CLIP: %s. Calibrate on images and captions "
+            "like the CLIP's data (calibration_data=...), or fine-tune before use.",
+            differential_init,
+            report,
+        )
+    else:
+        logger.info("DiffCLIP from CLIP (%s init): %s", differential_init, report)
     return model
 
 
@@ -363,6 +605,29 @@ def _count_blocks(state: Mapping[str, torch.Tensor], prefix: str) -> int:
     return len({int(m.group(1)) for key in state if (m := pattern.match(key))})
 
 
+OPENAI_HEAD_DIM = 64  # OpenAI's and SLIP's text transformers: heads = width / 64
+_TEXT_BLOCK = "transformer.resblocks.0.attn."
+
+
+def _text_heads(state: Mapping[str, torch.Tensor], width: int, overrides: Mapping[str, Any]) -> int:
+    """Heads of the released text tower: width / λ size (head_dim) in differential blocks. Plain blocks
+    (SLIP's `nn.MultiheadAttention`, fused `in_proj_weight`) do not show the head count: the override
+    `text_config={"num_attention_heads": H}`, else OpenAI/SLIP's 64-wide heads."""
+    given = (overrides.get("text_config") or {}).get("num_attention_heads")
+    if given is not None:
+        return given
+    text_lambda = state.get(_TEXT_BLOCK + "lambda_q1")
+    if text_lambda is not None:
+        return width // text_lambda.shape[0]
+    if width % OPENAI_HEAD_DIM:
+        raise UserError(
+            f"The checkpoint's text tower ({width} wide, plain attention) does not show its head count and "
+            f"is not a multiple of OpenAI/SLIP's {OPENAI_HEAD_DIM}-wide heads: pass "
+            "text_config={'num_attention_heads': H} (SLIP's transformer_heads)."
+        )
+    return width // OPENAI_HEAD_DIM
+
+
 def diffclip_config_from_official(
     state: Mapping[str, torch.Tensor], config_class: type[DiffCLIPConfig] = DiffCLIPConfig, **overrides: Any
 ) -> DiffCLIPConfig:
@@ -370,9 +635,15 @@ def diffclip_config_from_official(
 
     Vision: a timm ViT (no pre-LayerNorm, exact GELU, LayerNorm eps 1e-5 as the released DiffBlocks use).
     Text: the OpenAI/SLIP transformer (QuickGELU, causal, EOS = the last vocabulary id, which `argmax` pooling
-    relies on). Heads = width / head_dim, with head_dim the λ-vector size (OpenAI's width/64 without λ).
-    λ_init is 0.8 in every layer, as released; override to load a DiffCLIP* checkpoint.
+    relies on), differential where the checkpoint has λ vectors, else SLIP's plain blocks. Heads = width /
+    head_dim, with head_dim the λ-vector size (`_text_heads` without λ). λ_init is 0.8 in every layer, as
+    released; override to load a DiffCLIP* checkpoint.
     """
+    if "visual.blocks.0.attn.lambda_q1" not in state:
+        raise UserError(
+            "The checkpoint's vision tower has no differential attention (no visual.blocks.*.attn.lambda_q1):"
+            " it is not a released DiffCLIP (SLIP's plain CLIP baselines are not supported)."
+        )
     width = state["visual.cls_token"].shape[-1]
     patch = state["visual.patch_embed.proj.weight"].shape[-1]
     grid = math.isqrt(state["visual.pos_embed"].shape[1] - 1)
@@ -389,56 +660,91 @@ def diffclip_config_from_official(
         "pre_layernorm": False,
     }
     vocab_size, text_width = state["token_embedding.weight"].shape
-    text_lambda = state.get("transformer.resblocks.0.attn.lambda_q1")
     text = {
         "vocab_size": vocab_size,
         "hidden_size": text_width,
         "intermediate_size": state["transformer.resblocks.0.mlp.c_fc.weight"].shape[0],
         "num_hidden_layers": _count_blocks(state, "transformer.resblocks."),
-        "num_attention_heads": text_width // (text_lambda.shape[0] if text_lambda is not None else 64),
+        "num_attention_heads": _text_heads(state, text_width, overrides),
         "max_position_embeddings": state["positional_embedding"].shape[0],
         "hidden_act": "quick_gelu",
         "layer_norm_eps": 1e-5,
         "pad_token_id": 0,
         "bos_token_id": vocab_size - 2,
         "eos_token_id": vocab_size - 1,
-        "differential_attention": text_lambda is not None,
+        "differential_attention": _TEXT_BLOCK + "lambda_q1" in state,
     }
     top = {"projection_dim": state["image_projection"].shape[1]}
     return build_config(config_class, text, vision, top, overrides)
 
 
-def _official_key_map(config: DiffCLIPConfig) -> dict[str, str]:
-    """DiffCLIP key -> released key for every DiffCLIP tensor (reshapes are applied afterwards)."""
+class Source(NamedTuple):
+    """Where a DiffCLIP tensor comes from in a released state dict: `key`, or its `chunk`-th third (rows of a
+    fused q/k/v projection)."""
+
+    key: str
+    chunk: int | None = None
+
+
+def _attention_sources(theirs: str, fused: bool, differential: bool) -> dict[str, Source]:
+    """DiffCLIP attention leaf -> source in block `theirs`: split q/k/v projections, or the q/k/v thirds of
+    SLIP's fused `nn.MultiheadAttention` (`in_proj_weight` / `in_proj_bias`); plus the λ leaves."""
+    sources = {}
+    for index, proj in enumerate("qkv"):
+        for kind in ("weight", "bias"):
+            ours = f"{proj}_proj.{kind}"
+            fused_source = Source(f"{theirs}attn.in_proj_{kind}", index)
+            sources[ours] = fused_source if fused else Source(f"{theirs}attn.{ours}")
+    for leaf in ("out_proj.weight", "out_proj.bias") + (DIFFERENTIAL_LEAVES if differential else ()):
+        sources[leaf] = Source(f"{theirs}attn.{leaf}")
+    return sources
+
+
+def _official_key_map(config: DiffCLIPConfig, fused_text: bool = False) -> dict[str, Source]:
+    """DiffCLIP key -> released source for every DiffCLIP tensor (reshapes are applied afterwards).
+    `fused_text`: the text blocks are SLIP's plain ones with a fused `in_proj_weight`."""
     key_map = {
-        "vision_model.embeddings.patch_embedding.weight": "visual.patch_embed.proj.weight",
-        "vision_model.embeddings.class_embedding": "visual.cls_token",
-        "vision_model.embeddings.position_embedding.weight": "visual.pos_embed",
-        "vision_model.post_layernorm.weight": "visual.norm.weight",
-        "vision_model.post_layernorm.bias": "visual.norm.bias",
-        "visual_projection.weight": "image_projection",
-        "text_model.embeddings.token_embedding.weight": "token_embedding.weight",
-        "text_model.embeddings.position_embedding.weight": "positional_embedding",
-        "text_model.final_layer_norm.weight": "ln_final.weight",
-        "text_model.final_layer_norm.bias": "ln_final.bias",
-        "text_projection.weight": "text_projection",
-        "logit_scale": "logit_scale",
+        ours: Source(theirs)
+        for ours, theirs in {
+            "vision_model.embeddings.patch_embedding.weight": "visual.patch_embed.proj.weight",
+            "vision_model.embeddings.class_embedding": "visual.cls_token",
+            "vision_model.embeddings.position_embedding.weight": "visual.pos_embed",
+            "vision_model.post_layernorm.weight": "visual.norm.weight",
+            "vision_model.post_layernorm.bias": "visual.norm.bias",
+            "visual_projection.weight": "image_projection",
+            "text_model.embeddings.token_embedding.weight": "token_embedding.weight",
+            "text_model.embeddings.position_embedding.weight": "positional_embedding",
+            "text_model.final_layer_norm.weight": "ln_final.weight",
+            "text_model.final_layer_norm.bias": "ln_final.bias",
+            "text_projection.weight": "text_projection",
+            "logit_scale": "logit_scale",
+        }.items()
     }
     towers = {
-        "vision_model": ("visual.blocks", "norm1", "norm2", "mlp.fc1", "mlp.fc2", config.vision_config),
-        "text_model": ("transformer.resblocks", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj", config.text_config),
+        "vision_model": (
+            "visual.blocks",
+            "norm1",
+            "norm2",
+            "mlp.fc1",
+            "mlp.fc2",
+            config.vision_config,
+            False,
+        ),
+        "text_model": (
+            "transformer.resblocks",
+            "ln_1",
+            "ln_2",
+            "mlp.c_fc",
+            "mlp.c_proj",
+            config.text_config,
+            fused_text,
+        ),
     }
-    for tower, (blocks, norm1, norm2, fc1, fc2, tower_config) in towers.items():
-        leaves = [f"{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")] + [
-            "out_proj.weight",
-            "out_proj.bias",
-        ]
-        if tower_config.differential_attention:
-            leaves += list(DIFFERENTIAL_LEAVES)
+    for tower, (blocks, norm1, norm2, fc1, fc2, tower_config, fused) in towers.items():
         for i in range(tower_config.num_hidden_layers):
             ours, theirs = f"{tower}.encoder.layers.{i}.", f"{blocks}.{i}."
-            for leaf in leaves:
-                key_map[f"{ours}self_attn.{leaf}"] = f"{theirs}attn.{leaf}"
+            attention = _attention_sources(theirs, fused, tower_config.differential_attention)
+            key_map.update({f"{ours}self_attn.{leaf}": source for leaf, source in attention.items()})
             for our_name, their_name in (
                 ("layer_norm1", norm1),
                 ("layer_norm2", norm2),
@@ -446,7 +752,7 @@ def _official_key_map(config: DiffCLIPConfig) -> dict[str, str]:
                 ("mlp.fc2", fc2),
             ):
                 for kind in ("weight", "bias"):
-                    key_map[f"{ours}{our_name}.{kind}"] = f"{theirs}{their_name}.{kind}"
+                    key_map[f"{ours}{our_name}.{kind}"] = Source(f"{theirs}{their_name}.{kind}")
     return key_map
 
 
@@ -458,6 +764,11 @@ def _is_causal_mask(tensor: torch.Tensor) -> bool:
     return bool((tensor[~upper] == 0).all() and (tensor[upper] < -1e4).all())
 
 
+def _take(state: Mapping[str, torch.Tensor], source: Source) -> torch.Tensor:
+    tensor = state[source.key]
+    return tensor if source.chunk is None else tensor.chunk(3, dim=0)[source.chunk]
+
+
 def official_to_diffclip_state_dict(
     state: Mapping[str, torch.Tensor], config: DiffCLIPConfig
 ) -> dict[str, torch.Tensor]:
@@ -465,18 +776,20 @@ def official_to_diffclip_state_dict(
 
     Reshapes: projections are raw `x @ W` parameters (transposed into `nn.Linear` weights); `cls_token` and
     `pos_embed` lose their batch dims; timm's patch-embedding bias (absent in CLIP) is folded into the patch
-    position embeddings, which is exact because both are added to every patch token.
+    position embeddings, which is exact because both are added to every patch token; SLIP's fused text
+    `in_proj_weight` / `in_proj_bias` are split into their q, k, v thirds (`nn.MultiheadAttention`'s order).
     """
-    key_map = _official_key_map(config)
+    key_map = _official_key_map(config, fused_text=_TEXT_BLOCK + "in_proj_weight" in state)
     ignored = {key for key, value in state.items() if key.endswith("attn_mask") and _is_causal_mask(value)}
-    used = set(key_map.values()) | {"visual.patch_embed.proj.bias"} | ignored
-    missing = sorted(theirs for theirs in key_map.values() if theirs not in state)
+    sources = {source.key for source in key_map.values()}
+    used = sources | {"visual.patch_embed.proj.bias"} | ignored
+    missing = sorted(key for key in sources if key not in state)
     unused = sorted(set(state) - used)
     if missing or unused:
         raise ValueError(
             f"Official checkpoint layout mismatch: missing keys {missing[:8]}, unknown keys {unused[:8]}."
         )
-    converted = {ours: state[theirs] for ours, theirs in key_map.items()}
+    converted = {ours: _take(state, source) for ours, source in key_map.items()}
     converted["visual_projection.weight"] = converted["visual_projection.weight"].t()
     converted["text_projection.weight"] = converted["text_projection.weight"].t()
     converted["vision_model.embeddings.class_embedding"] = converted[
@@ -495,9 +808,10 @@ def diffclip_from_official_checkpoint(
     """Load a released DiffCLIP `checkpoint_best.pt` (e.g. `hammh0a/DiffCLIP_ViTB16_CC12M`).
 
     Safe unpickling (`load_official_checkpoint`), config from the shapes (`diffclip_config_from_official`),
-    explicit key map with count and shape checks (`official_to_diffclip_state_dict`). Images must be
-    preprocessed as the release was trained: 224 px, ImageNet mean/std; text with the OpenAI BPE tokenizer,
-    77 tokens. Save the result with `save_pretrained` to get safetensors.
+    explicit key map with count and shape checks (`official_to_diffclip_state_dict`). A plain (SLIP) text
+    tower narrower than, or not a multiple of, 64 needs `text_config={"num_attention_heads": H}`. Evaluate
+    with SLIP's preprocessing (`slip_image_processor`: 224 px, bilinear, ImageNet mean/std); text with the
+    OpenAI BPE tokenizer, 77 tokens. Save the result with `save_pretrained` to get safetensors.
     """
     state = official_state_dict(load_official_checkpoint(path))
     config = diffclip_config_from_official(state, model_class.config_class, **config_overrides)
@@ -512,3 +826,26 @@ def diffclip_from_official_checkpoint(
     check_shapes(converted, expected, "checkpoint")
     model.load_state_dict(converted, strict=True)
     return model
+
+
+def slip_image_processor(image_size: int = 224) -> CLIPImageProcessorPil:
+    """The image processor that reproduces SLIP's evaluation preprocessing (its `val_transform`, which the
+    released DiffCLIP checkpoints were validated with): resize the shorter side to `image_size` (bilinear),
+    centre crop, ImageNet mean/std, where CLIP's default is bicubic with OpenAI's mean/std.
+
+    The PIL backend, as torchvision transforms PIL images; saved, it loads as a `CLIPImageProcessor`. One
+    difference remains: where the resized image is an odd number of pixels larger than the crop, torchvision's
+    `CenterCrop` rounds the offset to the even neighbour and transformers rounds down, one pixel apart.
+    """
+    return CLIPImageProcessorPil(
+        do_resize=True,
+        size={"shortest_edge": image_size},
+        resample=PILImageResampling.BILINEAR,
+        do_center_crop=True,
+        crop_size={"height": image_size, "width": image_size},
+        do_rescale=True,
+        do_normalize=True,
+        image_mean=list(IMAGENET_DEFAULT_MEAN),
+        image_std=list(IMAGENET_DEFAULT_STD),
+        do_convert_rgb=True,
+    )

@@ -17,7 +17,10 @@ layer of ViT-B (11 of 12), ours too (`start_layer=-1`); `start_layer=0` aggregat
 For DiffCLIP, A_l is the differential map A1 − λ·A2 of each differential head (the matrix that multiplies V,
 what `output_attentions=True` returns on the eager path); its entries can be negative, which the positive part
 of the gradient-weighted map handles as for any other attention. Maps are computed on the eager attention path
-(the model is switched to it for the call and switched back).
+(the model is switched to it for the call and switched back), and taken from the vision tower's attention
+modules with forward hooks, so that A_l is the tensor the forward used: the maps a model returns can be copies
+outside the graph (after mixed-precision training, accelerate leaves an autocast + `convert_outputs_to_fp32`
+wrapper on the model's forward, whose outputs are `.to()` copies that the score does not depend on).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+from hf_vrl.devices import module_device, module_dtype, to_device
+from hf_vrl.viz import new_figure
 
 __all__ = ["attention_figure", "relevance_maps"]
 
@@ -45,6 +51,27 @@ def _eager_attention(model: nn.Module) -> Iterator[None]:
         model.set_attn_implementation(previous)
 
 
+@contextmanager
+def _recorded_attention_maps(model: nn.Module) -> Iterator[list[Tensor]]:
+    """Collect the attention maps of the vision tower's layers, in layer order, as the forward computes them
+    (`vision_model.encoder.layers[i].self_attn`, whose forward returns `(output, weights)` as CLIP's does)."""
+    maps: list[Tensor] = []
+
+    def record(module: nn.Module, args: Any, output: Any) -> None:
+        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+        if weights is None:
+            raise RuntimeError(f"{type(module).__name__} returned no attention weights on the eager path")
+        maps.append(weights)
+
+    layers = model.vision_model.encoder.layers
+    handles = [layer.self_attn.register_forward_hook(record) for layer in layers]
+    try:
+        yield maps
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _patch_grid(model: nn.Module, pixel_values: Tensor) -> tuple[int, int]:
     patch = model.config.vision_config.patch_size
     return pixel_values.shape[-2] // patch, pixel_values.shape[-1] // patch
@@ -58,12 +85,14 @@ def relevance_maps(
     *,
     start_layer: int = -1,
 ) -> Tensor:
-    """Chefer et al.'s relevance of each image patch for each query (module docstring): `[Q, grid_h, grid_w]`.
+    """Chefer et al.'s relevance of each image patch for each query (module docstring): `[Q, grid_h, grid_w]`
+    float32 on the CPU.
 
     `pixel_values` is one image `[1, 3, H, W]` (scored against every query) or `[Q, 3, H, W]` (image q
-    against query q); `input_ids` / `attention_mask` are the `[Q, T]` tokenised queries. `model` is a
-    CLIP-like dual encoder returning `logits_per_image` and `vision_model_output.attentions` (CLIPModel,
-    DiffCLIP).
+    against query q); `input_ids` / `attention_mask` are the `[Q, T]` tokenised queries; they are moved to the
+    model's device (and the pixels to its dtype). `model` is a CLIP-like dual encoder returning
+    `logits_per_image`, with CLIP's module layout (`vision_model.encoder.layers[i].self_attn`): CLIPModel,
+    DiffCLIP.
     """
     n_queries = input_ids.shape[0]
     if pixel_values.shape[0] not in (1, n_queries):
@@ -71,18 +100,16 @@ def relevance_maps(
             f"pixel_values holds {pixel_values.shape[0]} images for {n_queries} queries; "
             "pass one image or one per query."
         )
+    device = module_device(model)
+    pixel_values = to_device(pixel_values, device, module_dtype(model))
     pixel_values = pixel_values.expand(n_queries, -1, -1, -1).clone().requires_grad_(True)
+    text = to_device({"input_ids": input_ids, "attention_mask": attention_mask}, device)
     was_training = model.training
     model.eval()
     try:
-        with _eager_attention(model), torch.enable_grad():
-            outputs = model(
-                input_ids=input_ids,
-                pixel_values=pixel_values,
-                attention_mask=attention_mask,
-                output_attentions=True,
-            )
-            attentions = outputs.vision_model_output.attentions[start_layer:]
+        with _eager_attention(model), _recorded_attention_maps(model) as maps, torch.enable_grad():
+            outputs = model(pixel_values=pixel_values, output_attentions=True, **text)
+            attentions = maps[start_layer:]
             if not attentions:
                 raise ValueError(f"start_layer={start_layer} selects no layer of the vision tower")
             # logit of image q with query q; the image copies are independent, so one backward serves all
@@ -91,11 +118,11 @@ def relevance_maps(
     finally:
         model.train(was_training)
     n_tokens = attentions[0].shape[-1]
-    relevance = torch.eye(n_tokens, device=pixel_values.device).expand(n_queries, n_tokens, n_tokens)
+    relevance = torch.eye(n_tokens, device=device).expand(n_queries, n_tokens, n_tokens)
     for attention, grad in zip(attentions, grads):
         cam = (grad * attention).detach().float().clamp(min=0).mean(dim=1)  # Ā_l, [Q, N, N]
         relevance = relevance + torch.bmm(cam, relevance)
-    return relevance[:, 0, 1:].reshape(n_queries, *_patch_grid(model, pixel_values))
+    return relevance[:, 0, 1:].reshape(n_queries, *_patch_grid(model, pixel_values)).cpu()
 
 
 def _display_image(pixel_values: Tensor, image_processor: Any) -> np.ndarray:
@@ -114,15 +141,6 @@ def _upsampled(maps: Tensor, size: tuple[int, int]) -> np.ndarray:
     low = maps.amin(dim=(1, 2), keepdim=True)
     high = maps.amax(dim=(1, 2), keepdim=True)
     return ((maps - low) / (high - low).clamp(min=1e-12)).cpu().numpy()
-
-
-def _figure(width: float, height: float, dpi: int) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=dpi)
-    FigureCanvasAgg(fig)
-    return fig
 
 
 def attention_figure(
@@ -155,18 +173,11 @@ def attention_figure(
     mask = text.get("attention_mask")
     columns = {}
     for name, model in models.items():
-        param = next(model.parameters())
-        maps = relevance_maps(
-            model,
-            pixel_values.to(param.device, param.dtype),
-            text["input_ids"].to(param.device),
-            None if mask is None else mask.to(param.device),
-            start_layer=start_layer,
-        )
+        maps = relevance_maps(model, pixel_values, text["input_ids"], mask, start_layer=start_layer)
         columns[name] = _upsampled(maps, background.shape[:2])
 
     n_cols = 1 + len(columns)
-    fig = _figure(n_cols * panel_inches, len(queries) * panel_inches, dpi)
+    fig = new_figure(n_cols * panel_inches, len(queries) * panel_inches, dpi)
     axes = fig.subplots(len(queries), n_cols, squeeze=False)
     for row, query in enumerate(queries):
         axes[row, 0].imshow(background)

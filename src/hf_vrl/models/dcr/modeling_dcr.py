@@ -22,11 +22,24 @@ from transformers import (
     SiglipModel,
     SiglipVisionModel,
 )
-from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
 from .configuration_dcr import DCRConfig
+
+# Compatibility with transformers 4.57 to 5.x (the configuration file refuses older versions):
+# transformers.initialization (5.x) guards weights loaded from a checkpoint; 4.x initialises only missing
+# weights, so torch's initialisers do there.
+try:
+    from transformers import initialization as init
+except ImportError:
+    from torch.nn import init
+
+
+def _tower_body(tower: PreTrainedModel) -> nn.Module:
+    """The module holding a vision tower's `embeddings`/`encoder`/`post_layernorm`: the model itself from
+    transformers 5.17 on, its `vision_model` attribute before (checkpoint keys: `vision_model.*` on all)."""
+    return getattr(tower, "vision_model", tower)
 
 
 @dataclass
@@ -80,8 +93,12 @@ class DCRPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         """Projector: LayerNorm (1, 0), linears N(0, initializer_range); CLIP's projection init; zero null
-        embeds."""
+        embeds; the towers' position-id buffers (never in a checkpoint; transformers 5.0 left them unset)."""
         super()._init_weights(module)
+        if isinstance(getattr(module, "position_ids", None), torch.Tensor):
+            module.position_ids.copy_(
+                torch.arange(module.position_ids.shape[-1]).expand_as(module.position_ids)
+            )
         if isinstance(module, DCRModel):
             if module.visual_projection is not None:
                 std = self.config.vision_config.hidden_size**-0.5
@@ -100,14 +117,14 @@ class DCRModel(DCRPreTrainedModel):
     def __init__(self, config: DCRConfig):
         super().__init__(config)
         vision_config = config.vision_config
-        self.vision_model = AutoModel.from_config(vision_config)
+        self.vision_model = _tower_body(AutoModel.from_config(vision_config))
         self.visual_projection = (
             nn.Linear(vision_config.hidden_size, vision_config.projection_dim, bias=False)
             if config.has_visual_projection
             else None
         )
         self.projector = DCRProjector(config)
-        if config.condition_mode == "official":
+        if config.condition_mode in ("official", "cls_patches"):
             shape = (1, config.num_condition_tokens, config.condition_dim)
             self.register_buffer("null_text_embeds", torch.zeros(shape), persistent=True)
         else:
@@ -174,14 +191,26 @@ class DCRModel(DCRPreTrainedModel):
     def build_conditions(
         self, image_embeds: torch.Tensor, patch_embeds: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """c = h_omega(z) arranged as UNet cross-attention tokens `[B, T, condition_dim]`."""
+        """c = h_omega(z) arranged as UNet cross-attention tokens `[B, T, condition_dim]`.
+
+        `"official"` (official code, the paper's main runs): the empty-prompt embedding plus h_omega(z)
+        broadcast over its T tokens. `"cls"`: h_omega(z) as one token (§5.1's wording). `"cls_patches"`
+        (Table 7): the `"official"` tokens followed by h_omega of the kept patch tokens, so
+        `patch_token_ratio=0` is exactly the official condition, i.e. Table 7's 0% row, the main result. Patch
+        tokens reach h_omega in the space of z: CLIP's through `post_layernorm` and `visual_projection` as
+        [CLS]; SigLIP's (post-LN hidden states, no [CLS]) through the attention-pooling head applied to each
+        token alone (`_pool_each_token`), where the pooled output z comes from.
+        """
         mode = self.config.condition_mode
-        if mode == "official":
-            return self.null_text_embeds + self.projector(image_embeds).unsqueeze(1)
         if mode == "cls":
             return self.projector(image_embeds).unsqueeze(1)
-        tokens = torch.cat([image_embeds.unsqueeze(1), self._select_patches(patch_embeds)], dim=1)
-        return self.projector(tokens)
+        conditions = self.null_text_embeds + self.projector(image_embeds).unsqueeze(1)
+        if mode == "official":
+            return conditions
+        patches = self._select_patches(patch_embeds)
+        if self.visual_projection is None:
+            patches = _pool_each_token(self.vision_model, patches)
+        return torch.cat([conditions, self.projector(patches)], dim=1)
 
     def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
         """The image embedding z `[B, image_embed_dim]` (what D-ability clustering and MMVP scoring use)."""
@@ -214,6 +243,19 @@ class DCRModel(DCRPreTrainedModel):
         if projection is not None:
             model.visual_projection.load_state_dict(projection.state_dict())
         return model.to(dtype)
+
+
+def _pool_each_token(vision_model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """SigLIP's attention-pooling head run on each token `[B, N, D]` as if it were the only one: one key gets
+    attention weight 1, so the pooled vector is out_proj(W_v x + b_v), then the head's LayerNorm + MLP
+    residual. Maps patch tokens into the space of the pooled output z."""
+    head = next(module for module in vision_model.modules() if hasattr(module, "probe"))
+    attention, dim = head.attention, head.attention.embed_dim
+    packed = attention.in_proj_weight is not None
+    weight = attention.in_proj_weight[2 * dim :] if packed else attention.v_proj_weight
+    bias = None if attention.in_proj_bias is None else attention.in_proj_bias[2 * dim :]
+    pooled = attention.out_proj(nn.functional.linear(tokens, weight, bias))
+    return pooled + head.mlp(head.layernorm(pooled))
 
 
 _TOWER_CLASSES = {
@@ -252,7 +294,7 @@ def _split_tower(tower: PreTrainedModel) -> tuple:
     if isinstance(tower, SiglipModel):
         return tower.config.vision_config, tower.vision_model, None
     if isinstance(tower, SiglipVisionModel):
-        return tower.config, tower, None
+        return tower.config, _tower_body(tower), None
     raise TypeError(
         f"DCRModel.from_clip got a {type(tower).__name__}; pass a CLIPModel, CLIPVisionModelWithProjection, "
         "SiglipModel, SiglipVisionModel or a path to one"

@@ -15,6 +15,7 @@ differential-attention leaves missing) and follows the released DiffCLIP code wh
 This file imports only torch, transformers and `.configuration_diffclip`, so it ships as Hub remote code.
 """
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,16 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, torch_int
 from transformers.utils.generic import can_return_tuple
-from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_diffclip import (
     DiffCLIPConfig,
@@ -39,6 +37,21 @@ from .configuration_diffclip import (
     DiffCLIPTowerConfig,
     DiffCLIPVisionConfig,
 )
+
+# Compatibility with transformers 4.57 to 5.x (the configuration file refuses older versions), in one place:
+try:  # transformers >= 5: initialisers that leave weights loaded from a checkpoint alone
+    from transformers import initialization as init
+except ImportError:  # 4.x initialises only the weights a checkpoint lacks, so torch's initialisers do
+    from torch.nn import init
+try:  # transformers >= 5.17; before, the same decorator (same signature, `_can_record_outputs`) had this name
+    from transformers.utils.output_capturing import capture_outputs
+except ImportError:
+    from transformers.utils.generic import check_model_inputs as capture_outputs
+try:  # optional: the CUDA kernels of the fused differential-attention tail
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
 
 
 def contrastive_loss(logits: torch.Tensor) -> torch.Tensor:
@@ -162,6 +175,7 @@ class DiffCLIPTextEmbeddings(nn.Module):
 
     def __init__(self, config: DiffCLIPTextConfig):
         super().__init__()
+        self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.hidden_size)
         self.position_embedding = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.position_ids = nn.Buffer(
@@ -188,6 +202,21 @@ class DiffCLIPTextEmbeddings(nn.Module):
         return inputs_embeds + self.position_embedding(position_ids)
 
 
+def text_causal_mask(attention_mask: torch.Tensor | None, hidden_states: torch.Tensor) -> torch.Tensor:
+    """Boolean `[B, 1, N, N]` mask of the text tower (True: may attend): causal, padding keys hidden.
+
+    Built here rather than by transformers' `create_causal_mask`, whose signature changed between 4.57 and
+    5.x, so every version runs the same attention. Fully hidden rows (left padding) give zeros in SDPA and
+    finite values in the eager path, never NaN.
+    """
+    batch, length = hidden_states.shape[:2]
+    device = hidden_states.device
+    visible = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    if attention_mask is None:
+        return visible.expand(batch, 1, length, length)
+    return visible & attention_mask[:, None, None, :].to(device=device, dtype=torch.bool)
+
+
 def attention_probabilities(
     module: nn.Module,
     query: torch.Tensor,
@@ -196,9 +225,13 @@ def attention_probabilities(
     scaling: float,
     dropout: float = 0.0,
 ) -> torch.Tensor:
-    """softmax(Q·Kᵀ·scaling + mask) per head in float32, then attention dropout: `[B, heads, N, N]`."""
+    """softmax(Q·Kᵀ·scaling + mask) per head in float32, then attention dropout: `[B, heads, N, N]`.
+
+    `attention_mask` is boolean (True: may attend) or additive."""
     attn_weights = torch.matmul(query, key.transpose(-1, -2)) * scaling
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
+    elif attention_mask is not None:
         attn_weights = attn_weights + attention_mask
     attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
     return nn.functional.dropout(attn_weights, p=dropout, training=module.training)
@@ -222,59 +255,63 @@ def eager_attention_forward(
 
 def eager_differential_attention_forward(
     module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
+    queries: torch.Tensor,
+    keys: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
     scaling: float,
     lambda_full: torch.Tensor,
+    dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A1 − λ·A2)·V (DiffCLIP Eq. 3) with the maps written out, as the released code does it.
+
+    `queries`/`keys` are `[B, H/2, 2, N, d]` (Q1/K1 and Q2/K2 of differential head m at [:, m, 0] and
+    [:, m, 1]), `value` is `[B, H/2, N, 2d]`. Returns the output `[B, N, H/2, 2d]` and the differential maps
+    A1 − λ·A2 `[B, H/2, N, N]` (what `output_attentions=True` returns; rows sum to 1 − λ and entries can be
+    negative).
+    """
+    if attention_mask is not None:
+        attention_mask = attention_mask.unsqueeze(1)  # [B, 1, N, N] -> [B, 1, 1, N, N]
+    maps = attention_probabilities(module, queries, keys, attention_mask, scaling, dropout)
+    diff_maps = maps[:, :, 0] - lambda_full.to(maps.dtype) * maps[:, :, 1]
+    return torch.matmul(diff_maps, value).transpose(1, 2), diff_maps
+
+
+def kernel_differential_attention_forward(
+    attention_interface: Callable,
+    module: nn.Module,
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
     dropout: float = 0.0,
     **kwargs: Unpack[TransformersKwargs],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A1 − λ·A2)·V (DiffCLIP Eq. 3), written as the released code does it.
-
-    `query`/`key` are `[B, H, N, d]` with heads (2m, 2m+1) holding (Q1, K1) and (Q2, K2) of differential head
-    m, `value` is `[B, H/2, N, 2d]`. Returns the output `[B, N, H/2, 2d]` and the differential maps A1 − λ·A2
-    `[B, H/2, N, N]` (what `output_attentions=True` returns; rows sum to 1 − λ and entries can be negative).
+    """A1·V and A2·V `[B, N, H/2, 2d]` through an attention kernel (SDPA, ...): two calls, (Q1, K1, V) and
+    (Q2, K2, V), that read the same 2d-wide V (as timm's `DiffAttention`); the inputs of
+    `eager_differential_attention_forward`. (A1 − λ·A2)·V = A1·V − λ·A2·V is left to `differential_tail`.
+    Concatenating [Q1; Q2] along the feature axis instead would compute softmax(Q1K1ᵀ + Q2K2ᵀ), another map.
     """
-    attn_weights = attention_probabilities(module, query, key, attention_mask, scaling, dropout).unflatten(
-        1, (-1, 2)
-    )
-    diff_weights = attn_weights[:, :, 0] - lambda_full * attn_weights[:, :, 1]
-    attn_output = torch.matmul(diff_weights, value).transpose(1, 2).contiguous()
-    return attn_output, diff_weights
-
-
-def paired_attention_forward(
-    attention_interface: Callable,
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    lambda_full: torch.Tensor,
-    dropout: float = 0.0,
-    **kwargs: Unpack[TransformersKwargs],
-) -> tuple[torch.Tensor, None]:
-    """(A1 − λ·A2)·V = A1·V − λ·(A2·V) through any attention kernel (SDPA, ...).
-
-    The output is linear in V, so one kernel call over all H heads, with both heads of a pair reading their
-    shared value `[B, H/2, N, 2d]`, gives A1·V and A2·V side by side; subtracting is exact. (Concatenating
-    [Q1; Q2] along the feature axis instead would compute softmax(Q1K1ᵀ + Q2K2ᵀ), a different map.) Same
-    inputs and output as `eager_differential_attention_forward`; the kernel does not return maps.
-    """
-    paired_value = value.repeat_interleave(2, dim=1)
-    attn_output, _ = attention_interface(
-        module, query, key, paired_value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-    )
-    attn_output = attn_output.unflatten(2, (-1, 2))
-    return attn_output[..., 0, :] - lambda_full * attn_output[..., 1, :], None
+    outputs = [
+        attention_interface(
+            module,
+            queries[:, :, i],
+            keys[:, :, i],
+            value,
+            attention_mask,
+            scaling=scaling,
+            dropout=dropout,
+            **kwargs,
+        )[0]
+        for i in (0, 1)
+    ]
+    return outputs[0], outputs[1]
 
 
 class DiffCLIPRMSNorm(nn.Module):
-    """RMSNorm over a differential head's 2·head_dim output, normalised in float32 then scaled by a learnable
-    weight (the released DiffCLIP / unilm `RMSNorm`)."""
+    """RMSNorm over a differential head's 2·head_dim output, normalised and scaled by its learnable weight in
+    float32 (the released DiffCLIP / unilm `RMSNorm`); returns the input's dtype."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -284,12 +321,197 @@ class DiffCLIPRMSNorm(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         x = hidden_states.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return x.to(hidden_states.dtype) * self.weight
+        return (x * self.weight.float()).to(hidden_states.dtype)
+
+
+def differential_head_output(
+    difference: torch.Tensor, norm: DiffCLIPRMSNorm, lambda_init: float
+) -> torch.Tensor:
+    """O_m = RMSNorm((A1 − λ·A2)·V_m)·(1 − λ_init) (DiffCLIP §3.2), in float32, cast back to the input's
+    dtype."""
+    return (norm(difference.float()) * (1.0 - lambda_init)).to(difference.dtype)
+
+
+def differential_tail_reference(
+    out_1: torch.Tensor,
+    out_2: torch.Tensor,
+    lambda_full: torch.Tensor,
+    norm: DiffCLIPRMSNorm,
+    lambda_init: float,
+) -> torch.Tensor:
+    """O_m from A1·V_m and A2·V_m, written plainly: `differential_head_output` of A1·V_m − λ·A2·V_m formed in
+    float32. The reference the fused `DifferentialTail` must equal."""
+    difference = out_1.float() - lambda_full.float() * out_2.float()
+    return differential_head_output(difference, norm, lambda_init).to(out_1.dtype)
+
+
+class DifferentialTail(torch.autograd.Function):
+    """`differential_tail_reference` as one autograd node that saves only its inputs (A1·V, A2·V, λ, weight;
+    the attention kernel keeps A·V for its own backward anyway) and the per-head inverse RMS, recomputing the
+    difference in backward. With `use_triton`, forward and backward each run as one Triton kernel (CUDA);
+    otherwise as torch ops that give the reference's forward bit for bit.
+
+    Backward, with y = o1 − λ·o2, r = (mean(y²) + ε)^−½, n = y·r, c = 1 − λ_init and g the output gradient:
+    ∂n = g·w·c, ∂y = r·(∂n − n·mean(∂n·n)), ∂o1 = ∂y, ∂o2 = −λ·∂y, ∂λ = −Σ ∂y·o2, ∂w = c·Σ g·n.
+    """
+
+    @staticmethod
+    def forward(ctx, out_1, out_2, lambda_full, weight, scale: float, eps: float, use_triton: bool):
+        if use_triton:
+            output, rstd = _triton_tail_forward(out_1, out_2, lambda_full, weight, scale, eps)
+        else:
+            difference = out_1.float() - lambda_full.float() * out_2.float()
+            rstd = torch.rsqrt(difference.pow(2).mean(-1, keepdim=True) + eps)
+            output = (difference * rstd * weight.float() * scale).to(out_1.dtype)
+        ctx.save_for_backward(out_1, out_2, lambda_full, weight, rstd)
+        ctx.scale, ctx.use_triton = scale, use_triton
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        out_1, out_2, lambda_full, weight, rstd = ctx.saved_tensors
+        if ctx.use_triton:
+            grads = _triton_tail_backward(grad_output, out_1, out_2, lambda_full, weight, rstd, ctx.scale)
+        else:
+            grads = _torch_tail_backward(grad_output, out_1, out_2, lambda_full, weight, rstd, ctx.scale)
+        grad_1, grad_2, grad_lambda, grad_weight = grads
+        return grad_1, grad_2, grad_lambda.reshape(lambda_full.shape), grad_weight, None, None, None
+
+
+def _torch_tail_backward(grad_output, out_1, out_2, lambda_full, weight, rstd, scale: float):
+    """Gradients of `DifferentialTail` (see its docstring) as torch ops, in float32."""
+    lam = lambda_full.float()
+    normed = (out_1.float() - lam * out_2.float()) * rstd
+    grad = grad_output.float()
+    grad_normed = grad * (weight.float() * scale)
+    grad_difference = rstd * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
+    grad_lambda = -(grad_difference * out_2.float()).sum()
+    grad_weight = (grad * normed).flatten(0, -2).sum(0) * scale
+    return (
+        grad_difference.to(out_1.dtype),
+        (-lam * grad_difference).to(out_2.dtype),
+        grad_lambda.to(lambda_full.dtype),
+        grad_weight.to(weight.dtype),
+    )
+
+
+if triton is not None:
+
+    @triton.jit
+    def _tail_forward_kernel(
+        out_1, out_2, lambda_ptr, weight, output, rstd_ptr, rows, cols, scale, eps,
+        BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    ):  # fmt: skip
+        """BLOCK_ROWS differential heads (rows of `cols` = 2·head_dim values) per program."""
+        row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        col = tl.arange(0, BLOCK_COLS)
+        inside = (row[:, None] < rows) & (col[None, :] < cols)
+        offsets = row[:, None] * cols + col[None, :]
+        lam = tl.load(lambda_ptr).to(tl.float32)
+        o1 = tl.load(out_1 + offsets, mask=inside, other=0.0).to(tl.float32)
+        o2 = tl.load(out_2 + offsets, mask=inside, other=0.0).to(tl.float32)
+        w = tl.load(weight + col, mask=col < cols, other=0.0).to(tl.float32)
+        difference = o1 - lam * o2
+        rstd = 1.0 / tl.sqrt(tl.sum(difference * difference, axis=1) / cols + eps)
+        result = difference * rstd[:, None] * w[None, :] * scale
+        tl.store(output + offsets, result.to(output.dtype.element_ty), mask=inside)
+        tl.store(rstd_ptr + row, rstd, mask=row < rows)
+
+    @triton.jit
+    def _tail_backward_kernel(
+        grad_output, out_1, out_2, lambda_ptr, weight, rstd_ptr, grad_1, grad_2, partial_weight,
+        partial_lambda, rows, cols, scale, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    ):  # fmt: skip
+        """Per program: ∂o1, ∂o2 of its rows and its partial sums of ∂w (a row of `partial_weight`) and ∂λ."""
+        program = tl.program_id(0)
+        row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        col = tl.arange(0, BLOCK_COLS)
+        inside = (row[:, None] < rows) & (col[None, :] < cols)
+        offsets = row[:, None] * cols + col[None, :]
+        lam = tl.load(lambda_ptr).to(tl.float32)
+        o1 = tl.load(out_1 + offsets, mask=inside, other=0.0).to(tl.float32)
+        o2 = tl.load(out_2 + offsets, mask=inside, other=0.0).to(tl.float32)
+        grad = tl.load(grad_output + offsets, mask=inside, other=0.0).to(tl.float32)
+        w = tl.load(weight + col, mask=col < cols, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row, mask=row < rows, other=0.0)
+        normed = (o1 - lam * o2) * rstd[:, None]
+        grad_normed = grad * w[None, :] * scale
+        mean_dot = tl.sum(grad_normed * normed, axis=1) / cols
+        grad_difference = rstd[:, None] * (grad_normed - normed * mean_dot[:, None])
+        tl.store(grad_1 + offsets, grad_difference.to(grad_1.dtype.element_ty), mask=inside)
+        tl.store(grad_2 + offsets, (-lam * grad_difference).to(grad_2.dtype.element_ty), mask=inside)
+        tl.store(
+            partial_weight + program * cols + col, tl.sum(grad * normed, axis=0) * scale, mask=col < cols
+        )
+        tl.store(partial_lambda + program, -tl.sum(tl.sum(grad_difference * o2, axis=1), axis=0))
+
+
+def _triton_blocks(out_1: torch.Tensor) -> tuple[int, int, int, int]:
+    """(rows, cols, BLOCK_ROWS, BLOCK_COLS): one row per differential head, about 4096 values per program."""
+    cols = out_1.shape[-1]
+    block_cols = triton.next_power_of_2(cols)
+    return out_1.numel() // cols, cols, max(1, 4096 // block_cols), block_cols
+
+
+def _triton_tail_forward(out_1, out_2, lambda_full, weight, scale: float, eps: float):
+    rows, cols, block_rows, block_cols = _triton_blocks(out_1)
+    output = torch.empty(out_1.shape, dtype=out_1.dtype, device=out_1.device)
+    rstd = torch.empty(rows, dtype=torch.float32, device=out_1.device)
+    _tail_forward_kernel[(triton.cdiv(rows, block_rows),)](
+        out_1.contiguous(), out_2.contiguous(), lambda_full, weight, output, rstd, rows, cols, scale, eps,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
+    )  # fmt: skip
+    return output, rstd
+
+
+def _triton_tail_backward(grad_output, out_1, out_2, lambda_full, weight, rstd, scale: float):
+    rows, cols, block_rows, block_cols = _triton_blocks(out_1)
+    programs = triton.cdiv(rows, block_rows)
+    grad_1 = torch.empty(out_1.shape, dtype=out_1.dtype, device=out_1.device)
+    grad_2 = torch.empty(out_2.shape, dtype=out_2.dtype, device=out_2.device)
+    partial_weight = torch.empty(programs, cols, dtype=torch.float32, device=out_1.device)
+    partial_lambda = torch.empty(programs, dtype=torch.float32, device=out_1.device)
+    _tail_backward_kernel[(programs,)](
+        grad_output.contiguous(), out_1.contiguous(), out_2.contiguous(), lambda_full, weight, rstd,
+        grad_1, grad_2, partial_weight, partial_lambda, rows, cols, scale,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
+    )  # fmt: skip
+    return (
+        grad_1,
+        grad_2,
+        partial_lambda.sum().to(lambda_full.dtype),
+        partial_weight.sum(0).to(weight.dtype),
+    )
+
+
+def differential_tail(
+    out_1: torch.Tensor,
+    out_2: torch.Tensor,
+    lambda_full: torch.Tensor,
+    norm: DiffCLIPRMSNorm,
+    lambda_init: float,
+    fused: bool = True,
+) -> torch.Tensor:
+    """O_m = RMSNorm(A1·V_m − λ·A2·V_m)·(1 − λ_init) for `[..., 2·head_dim]` inputs: the fused
+    `DifferentialTail` (its Triton kernels on CUDA when Triton is installed and the model is not being
+    compiled), or with `fused=False` the plain `differential_tail_reference`."""
+    if not fused:
+        return differential_tail_reference(out_1, out_2, lambda_full, norm, lambda_init)
+    use_triton = triton is not None and out_1.is_cuda and not torch.compiler.is_compiling()
+    return DifferentialTail.apply(
+        out_1, out_2, lambda_full, norm.weight, 1.0 - lambda_init, norm.eps, use_triton
+    )
 
 
 class DiffCLIPAttention(nn.Module):
     """Multi-head attention of one DiffCLIP layer: differential attention (DiffCLIP §3.2, Diff MHA) when
-    `config.differential_attention`, else CLIP's attention. Biases on q/k/v/out as in CLIP."""
+    `config.differential_attention`, else CLIP's attention. Biases on q/k/v/out as in CLIP.
+
+    On CUDA q/k/v run as one matrix product over the concatenated `q_proj`/`k_proj`/`v_proj` weights (the
+    checkpoint keys stay CLIP's), see `project_qkv`.
+    `fused_tail=False` selects the plain differential tail (for tests and benchmarks)."""
+
+    fused_tail = True
 
     def __init__(self, config: DiffCLIPTowerConfig, layer_idx: int = 0):
         super().__init__()
@@ -321,6 +543,32 @@ class DiffCLIPAttention(nn.Module):
         lambda_2 = torch.exp(torch.sum(self.lambda_q2.float() * self.lambda_k2.float()))
         return lambda_1 - lambda_2 + self.lambda_init
 
+    def attention_interface(self) -> Callable:
+        """The attention function `config._attn_implementation` names (eager: this file's). Written so that
+        every transformers version finds the call it looks for to allow `set_attn_implementation`."""
+        if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):  # transformers >= 5.x
+            return ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        if self.config._attn_implementation == "eager":  # older releases do not register eager
+            return eager_attention_forward
+        return ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+
+    def project_qkv(
+        self, hidden_states: torch.Tensor, fused: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V `[B, N, D]`, by default as one matrix product on CUDA (one read of the input, one kernel
+        each way; the concatenated weight is a small copy next to a training batch's activations) and as
+        three on the CPU (where that copy, kept for backward, would outweigh a small batch's activations).
+        Always three when q/k/v are not plain `nn.Linear`s (LoRA, quantised layers)."""
+        layers = (self.q_proj, self.k_proj, self.v_proj)
+        fused = hidden_states.is_cuda if fused is None else fused
+        if not fused or any(type(layer) is not nn.Linear for layer in layers):
+            return tuple(layer(hidden_states) for layer in layers)
+        weight = torch.cat([layer.weight for layer in layers])
+        bias = torch.cat([layer.bias for layer in layers])
+        return nn.functional.linear(hidden_states, weight, bias).chunk(3, dim=-1)
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -330,22 +578,23 @@ class DiffCLIPAttention(nn.Module):
         """`[B, N, D]` -> `[B, N, D]` and the attention maps (eager only; differential maps A1 − λ·A2 when
         differential)."""
         input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        queries = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        keys = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        queries, keys, values = self.project_qkv(hidden_states)
         dropout = 0.0 if not self.training else self.dropout
         if self.differential:
-            values = self.v_proj(hidden_states).view(*input_shape, -1, 2 * self.head_dim).transpose(1, 2)
             attn_output, attn_weights = self._differential(
                 queries, keys, values, attention_mask, dropout, **kwargs
             )
         else:
-            values = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-            attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
-            attn_output, attn_weights = attention_interface(
-                self, queries, keys, values, attention_mask, scaling=self.scale, dropout=dropout, **kwargs
+            hidden_shape = (*input_shape, -1, self.head_dim)
+            attn_output, attn_weights = self.attention_interface()(
+                self,
+                queries.view(hidden_shape).transpose(1, 2),
+                keys.view(hidden_shape).transpose(1, 2),
+                values.view(hidden_shape).transpose(1, 2),
+                attention_mask,
+                scaling=self.scale,
+                dropout=dropout,
+                **kwargs,
             )
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         return self.out_proj(attn_output), attn_weights
@@ -360,27 +609,30 @@ class DiffCLIPAttention(nn.Module):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """O_m = RMSNorm((A1 − λ·A2)·V_m)·(1 − λ_init) for each differential head m, `[B, N, H/2, 2d]`."""
-        lambda_full = self.lambda_full().to(queries.dtype)
-        implementation = self.config._attn_implementation
-        if implementation == "eager":
-            attn_output, attn_weights = eager_differential_attention_forward(
-                self, queries, keys, values, attention_mask, self.scale, lambda_full, dropout, **kwargs
+        batch, length = queries.shape[:2]
+        pair_shape = (batch, length, self.num_heads // 2, 2, self.head_dim)
+        queries = queries.view(pair_shape).permute(0, 2, 3, 1, 4)  # [B, H/2, 2, N, d]
+        keys = keys.view(pair_shape).permute(0, 2, 3, 1, 4)
+        values = values.view(batch, length, self.num_heads // 2, 2 * self.head_dim).transpose(1, 2)
+        lambda_full = self.lambda_full()
+        if self.config._attn_implementation == "eager":
+            difference, attn_weights = eager_differential_attention_forward(
+                self, queries, keys, values, attention_mask, self.scale, lambda_full, dropout
             )
-        else:
-            interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-            attn_output, attn_weights = paired_attention_forward(
-                interface,
-                self,
-                queries,
-                keys,
-                values,
-                attention_mask,
-                self.scale,
-                lambda_full,
-                dropout,
-                **kwargs,
-            )
-        return self.diff_norm(attn_output) * (1.0 - self.lambda_init), attn_weights
+            return differential_head_output(difference, self.diff_norm, self.lambda_init), attn_weights
+        out_1, out_2 = kernel_differential_attention_forward(
+            self.attention_interface(),
+            self,
+            queries,
+            keys,
+            values,
+            attention_mask,
+            self.scale,
+            dropout,
+            **kwargs,
+        )
+        tail = differential_tail(out_1, out_2, lambda_full, self.diff_norm, self.lambda_init, self.fused_tail)
+        return tail, None
 
 
 class DiffCLIPMLP(nn.Module):
@@ -428,8 +680,17 @@ def _init_child_weight(child: nn.Module, std: float) -> None:
         init.normal_(child.weight, std=std)
 
 
+def _init_torch_default(layer: nn.Linear | nn.Conv2d) -> None:
+    """PyTorch's own `reset_parameters` of a Linear/Conv: weight kaiming_uniform(a=sqrt(5)), i.e.
+    U(±1/sqrt(fan_in)), and bias U(±1/sqrt(fan_in))."""
+    init.kaiming_uniform_(layer.weight, a=math.sqrt(5))
+    if layer.bias is not None:
+        bound = layer.weight[0].numel() ** -0.5
+        init.uniform_(layer.bias, -bound, bound)
+
+
 class DiffCLIPPreTrainedModel(PreTrainedModel):
-    config: DiffCLIPConfig
+    config_class = DiffCLIPConfig
     base_model_prefix = "diffclip"
     input_modalities = ("image", "text")
     _no_split_modules = ["DiffCLIPTextEmbeddings", "DiffCLIPEncoderLayer", "DiffCLIPVisionEmbeddings"]
@@ -441,30 +702,38 @@ class DiffCLIPPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = False
     _can_record_outputs = {"hidden_states": DiffCLIPEncoderLayer, "attentions": DiffCLIPAttention}
 
+    def _initialize_weights(self, module, *args, **kwargs):
+        """Run `_init_weights` on every module not yet initialised. transformers >= 5.x otherwise skips, in
+        custom code, any module whose own parameters are all loaded, which includes modules that own none
+        (the MLP, plain attention): their Linear layers would keep the generic init. `_init_weights` uses the
+        `transformers.initialization` helpers, which leave loaded tensors alone themselves."""
+        super()._initialize_weights(module)
+
     @torch.no_grad()
     def _init_weights(self, module):
-        """CLIP's init, plus λ vectors ~ N(0, lambda_std) and RMSNorm weights 1 (the released DiffCLIP)."""
+        """Each tower by its `initializer_style`: CLIP's init (`"clip"`) or the released DiffCLIP's
+        (`"release"`); both give λ vectors ~ N(0, lambda_std), RMSNorm weights 1 and the projections
+        N(0, width^-0.5)."""
         super()._init_weights(module)
         factor = self.config.initializer_factor
-        if isinstance(module, DiffCLIPTextEmbeddings):
+        tower_config = getattr(module, "config", None)
+        release = (
+            isinstance(tower_config, DiffCLIPTowerConfig) and tower_config.initializer_style == "release"
+        )
+        if release and isinstance(module, RELEASE_INIT_MODULES):
+            self._init_release_style(module)
+        elif isinstance(module, DiffCLIPTextEmbeddings):
             _init_child_weight(module.token_embedding, factor * 0.02)
             _init_child_weight(module.position_embedding, factor * 0.02)
-            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
         elif isinstance(module, DiffCLIPVisionEmbeddings):
             init.normal_(module.class_embedding, mean=0.0, std=module.embed_dim**-0.5 * factor)
             _init_child_weight(module.patch_embedding, module.config.initializer_range * factor)
             _init_child_weight(module.position_embedding, module.config.initializer_range * factor)
-            init.copy_(module.position_ids, torch.arange(module.num_positions).expand((1, -1)))
         elif isinstance(module, DiffCLIPAttention):
             in_proj_std = (module.embed_dim**-0.5) * ((2 * module.config.num_hidden_layers) ** -0.5) * factor
             for child in (module.q_proj, module.k_proj, module.v_proj):
                 _init_child_weight(child, in_proj_std)
             _init_child_weight(module.out_proj, (module.embed_dim**-0.5) * factor)
-            if module.differential:
-                for vector in (module.lambda_q1, module.lambda_k1, module.lambda_q2, module.lambda_k2):
-                    init.normal_(vector, mean=0.0, std=module.config.lambda_std)
-        elif isinstance(module, DiffCLIPRMSNorm):
-            init.ones_(module.weight)
         elif isinstance(module, DiffCLIPMLP):
             in_proj_std = (
                 (module.config.hidden_size**-0.5) * ((2 * module.config.num_hidden_layers) ** -0.5) * factor
@@ -478,6 +747,49 @@ class DiffCLIPPreTrainedModel(PreTrainedModel):
             _init_child_weight(module.visual_projection, self.config.hidden_size**-0.5 * factor)
         elif isinstance(module, DiffCLIPTextModelWithProjection):
             _init_child_weight(module.text_projection, self.config.hidden_size**-0.5 * factor)
+        if isinstance(module, (DiffCLIPTextEmbeddings, DiffCLIPVisionEmbeddings)):
+            module.position_ids.copy_(torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+        elif isinstance(module, DiffCLIPAttention) and module.differential:
+            for vector in (module.lambda_q1, module.lambda_k1, module.lambda_q2, module.lambda_k2):
+                init.normal_(vector, mean=0.0, std=module.config.lambda_std)
+        elif isinstance(module, DiffCLIPRMSNorm):
+            init.ones_(module.weight)
+
+    def _init_release_style(self, module: nn.Module) -> None:
+        """The released DiffCLIP's init (hammoudhasan/DiffCLIP `diff_clip.py` / `diff_attention.py`).
+
+        Text tower (`DiffCLIP.initialize_parameters`, OpenAI/SLIP CLIP's rules): token embedding N(0, 0.02),
+        positions N(0, 0.01), q/k/v weights N(0, w^-0.5), out_proj and fc2 weights N(0, w^-0.5·(2L)^-0.5), fc1
+        N(0, (2w)^-0.5); its Linear biases keep PyTorch's default (separate q/k/v Linears, not
+        `nn.MultiheadAttention`, whose biases start at 0). Vision tower (a timm ViT whose blocks and final
+        norm are rebuilt after timm's init): class token N(0, 1e-6), positions truncated N(0, 0.02), and the
+        patch projection and every block Linear PyTorch's default U(±1/sqrt(fan_in)) (kaiming_uniform,
+        a=sqrt(5)). LayerNorms (1, 0) in both, by the base class.
+        """
+        config = module.config
+        width, layers = config.hidden_size, config.num_hidden_layers
+        text = isinstance(config, DiffCLIPTextConfig)
+        if isinstance(module, DiffCLIPTextEmbeddings):
+            init.normal_(module.token_embedding.weight, std=0.02)
+            init.normal_(module.position_embedding.weight, std=0.01)
+        elif isinstance(module, DiffCLIPVisionEmbeddings):
+            init.normal_(module.class_embedding, std=1e-6)
+            init.trunc_normal_(module.position_embedding.weight, std=0.02, a=-2.0, b=2.0)
+            _init_torch_default(module.patch_embedding)
+        elif isinstance(module, (DiffCLIPAttention, DiffCLIPMLP)):
+            for child in module.children():
+                if isinstance(child, nn.Linear):
+                    _init_torch_default(child)
+            if text and isinstance(module, DiffCLIPAttention):
+                for child in (module.q_proj, module.k_proj, module.v_proj):
+                    _init_child_weight(child, width**-0.5)
+                _init_child_weight(module.out_proj, width**-0.5 * (2 * layers) ** -0.5)
+            elif text:
+                _init_child_weight(module.fc1, (2 * width) ** -0.5)
+                _init_child_weight(module.fc2, width**-0.5 * (2 * layers) ** -0.5)
+
+
+RELEASE_INIT_MODULES = (DiffCLIPTextEmbeddings, DiffCLIPVisionEmbeddings, DiffCLIPAttention, DiffCLIPMLP)
 
 
 class DiffCLIPEncoder(nn.Module):
@@ -506,7 +818,7 @@ class DiffCLIPEncoder(nn.Module):
 class DiffCLIPTextModel(DiffCLIPPreTrainedModel):
     """The DiffCLIP text tower (causal transformer, EOS pooling) without projection."""
 
-    config: DiffCLIPTextConfig
+    config_class = DiffCLIPTextConfig
     base_model_prefix = "text_model"  # loads the text tower out of a DiffCLIPModel checkpoint
     input_modalities = ("text",)
     _input_embed_layer = "token_embedding"
@@ -532,16 +844,9 @@ class DiffCLIPTextModel(DiffCLIPPreTrainedModel):
             raise ValueError("You have to specify input_ids")
         input_ids = input_ids.view(-1, input_ids.shape[-1])
         hidden_states = self.embeddings(input_ids=input_ids, position_ids=position_ids)
-        attention_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=None,
-        )
-        kwargs.pop("is_causal", None)
-        encoder_outputs = self.encoder(
-            inputs_embeds=hidden_states, attention_mask=attention_mask, is_causal=True, **kwargs
-        )
+        attention_mask = text_causal_mask(attention_mask, hidden_states)
+        kwargs.pop("is_causal", None)  # causality is in the mask
+        encoder_outputs = self.encoder(inputs_embeds=hidden_states, attention_mask=attention_mask, **kwargs)
         last_hidden_state = self.final_layer_norm(encoder_outputs.last_hidden_state)
         ids = input_ids.to(dtype=torch.int, device=last_hidden_state.device)
         if self.eos_token_id == 2:
@@ -563,7 +868,7 @@ class DiffCLIPTextModel(DiffCLIPPreTrainedModel):
 class DiffCLIPVisionModel(DiffCLIPPreTrainedModel):
     """The DiffCLIP vision tower (ViT, class-token pooling) without projection."""
 
-    config: DiffCLIPVisionConfig
+    config_class = DiffCLIPVisionConfig
     base_model_prefix = "vision_model"  # loads the vision tower out of a DiffCLIPModel checkpoint
     main_input_name = "pixel_values"
     input_modalities = ("image",)
@@ -615,10 +920,15 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
         self.post_init()
 
     @classmethod
-    def from_clip(cls, clip_model_or_path: Any, **config_overrides: Any) -> "DiffCLIPModel":
+    def from_clip(cls, clip_model_or_path: Any, **kwargs: Any) -> "DiffCLIPModel":
         """Convert a transformers `CLIPModel` (or a path / Hub id of one) to DiffCLIP (needs `hf_vrl`).
 
-        See `hf_vrl.methods.diffclip.convert.diffclip_from_clip` for the key map and the initialisation.
+        The differential branch is calibrated on real images and captions so that the model starts close to
+        the CLIP: `calibration_data=` your images or dataset (default: the generated shapes world;
+        `"synthetic"`: data-free), preprocessed with `image_processor=` / `tokenizer=` (default: those saved
+        with a CLIP given as a path). `model.conversion_report` holds the mean cosine per tower between the
+        DiffCLIP and CLIP embeddings on held-out calibration examples. Other keyword arguments: see
+        `hf_vrl.methods.diffclip.convert.diffclip_from_clip` (key map, initialisation, config overrides).
         """
         try:
             from hf_vrl.methods.diffclip.convert import diffclip_from_clip
@@ -626,7 +936,7 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
             raise ImportError(
                 "DiffCLIPModel.from_clip needs the hf_vrl package: pip install hf-vrl"
             ) from error
-        return diffclip_from_clip(clip_model_or_path, model_class=cls, **config_overrides)
+        return diffclip_from_clip(clip_model_or_path, model_class=cls, **kwargs)
 
     @classmethod
     def from_official_checkpoint(cls, path: Any, **kwargs: Any) -> "DiffCLIPModel":
@@ -718,7 +1028,7 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
 class DiffCLIPTextModelWithProjection(DiffCLIPPreTrainedModel):
     """The text tower with its projection: `text_embeds` is the projected pooled output."""
 
-    config: DiffCLIPTextConfig
+    config_class = DiffCLIPTextConfig
     base_model_prefix = "text_model"
     input_modalities = ("text",)
 
@@ -756,7 +1066,7 @@ class DiffCLIPTextModelWithProjection(DiffCLIPPreTrainedModel):
 class DiffCLIPVisionModelWithProjection(DiffCLIPPreTrainedModel):
     """The vision tower with its projection: `image_embeds` is the projected pooled output."""
 
-    config: DiffCLIPVisionConfig
+    config_class = DiffCLIPVisionConfig
     base_model_prefix = "vision_model"
     main_input_name = "pixel_values"
     input_modalities = ("image",)

@@ -1,0 +1,453 @@
+"""Run configurations: one shared base of sections, one preset format, complete validation.
+
+A run configuration is a dataclass tree: the shared sections `data`, `optim`, `eval`, `output`, the top-level
+`seed` / `precision` / `compile`, and two sections each method defines for itself, `model` and the method's
+own
+(named after it: `dcr`, `diffclip`, ...). A preset is the same tree as JSON or YAML, with `method`,
+`description` and `notes` on top; `<run>/config.json` is one too, so `--config <run>/config.json` repeats a
+run.
+
+`resolve()` builds a configuration from the defaults, a preset and overrides, and validates all of it before
+anything runs: unknown keys at any depth (with the nearest known name), wrong types, impossible values and the
+method's cross-field rules. Every problem is reported at once, each saying what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from hf_vrl.errors import UserError
+
+__all__ = [
+    "DataConfig",
+    "EvalConfig",
+    "OptimConfig",
+    "OutputConfig",
+    "RunConfig",
+    "SHARED_SECTIONS",
+    "at_least",
+    "in_range",
+    "leaf_fields",
+    "load_config_file",
+    "resolve",
+    "setting",
+]
+
+PRESET_INFO_KEYS = ("method", "description", "notes")  # a preset's documentation, not settings
+SHARED_SECTIONS = ("data", "optim", "eval", "output")
+
+# -- declaring settings ------------------------------------------------------------------------------------
+
+Check = Callable[[Any], str | None]  # value -> None when fine, else what is wrong
+
+
+def setting(
+    default: Any = None,
+    help: str = "",
+    *,
+    check: Check | None = None,
+    identity: bool = True,
+    default_factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A configuration field. `check` returns what is wrong with a value (None when it is fine); `identity`
+    says whether the field belongs to what a run *is* (resuming with a different value is refused) rather
+    than to how it is watched or where it writes (logging, workers, evaluation)."""
+    metadata = {"help": help, "check": check, "identity": identity}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def at_least(low: float) -> Check:
+    return lambda value: None if value is None or value >= low else f"must be >= {low:g}, got {value!r}"
+
+
+def in_range(low: float, high: float, *, high_open: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if value is None or (low <= value < high if high_open else low <= value <= high):
+            return None
+        return f"must lie in [{low:g}, {high:g}{')' if high_open else ']'}, got {value!r}"
+
+    return check
+
+
+# -- the shared sections -----------------------------------------------------------------------------------
+
+
+@dataclass
+class DataConfig:
+    """Training data."""
+
+    dataset: str | None = setting(
+        None,
+        "training data: a registry name or path (shapes, fashion_mnist, animal_mnist, digits, "
+        "webdataset:<glob or {00000..00331}.tar>, parquet:<glob>, csv:<glob>, cub:<root>, imagefolder:<dir>, "
+        "hf:<name>)",
+    )
+    split: str = setting("train", "training split")
+    train_limit: int | None = setting(None, "use at most this many training samples", check=at_least(1))
+    shuffle_buffer: int = setting(
+        10_000, "shuffle buffer of streamed data (0: stream order)", check=at_least(0)
+    )
+    num_workers: int = setting(0, "data-loading processes per device", check=at_least(0), identity=False)
+
+
+@dataclass
+class OptimConfig:
+    """Optimisation."""
+
+    batch_size: int = setting(8, "samples per device and micro-step", check=at_least(1))
+    global_batch_size: int | None = setting(
+        None,
+        "samples per optimiser step over all processes; sets gradient accumulation from the process count",
+        check=at_least(1),
+    )
+    gradient_accumulation_steps: int | None = setting(
+        None, "micro-steps per optimiser step (default 1, or from global_batch_size)", check=at_least(1)
+    )
+    max_steps: int | None = setting(
+        None, "optimiser steps (overrides num_train_epochs; needed for streamed data)", check=at_least(1)
+    )
+    num_train_epochs: float = setting(1.0, "passes over the training data", check=at_least(1e-9))
+    learning_rate: float = setting(1e-4, "peak learning rate", check=at_least(1e-12))
+    weight_decay: float = setting(0.0, "weight decay", check=at_least(0))
+    lr_scheduler: str = setting(
+        "cosine",
+        "learning-rate schedule after warm-up: a transformers scheduler name (cosine, linear, constant, ...)",
+    )
+    min_learning_rate: float = setting(
+        0.0,
+        "learning rate the cosine schedule ends at (SLIP: 1e-5; 0: the schedule's own end)",
+        check=at_least(0),
+    )
+    warmup_steps: int = setting(0, "linear warm-up steps", check=at_least(0))
+    warmup_ratio: float = setting(
+        0.0,
+        "linear warm-up as a fraction of the run (used when warmup_steps is 0)",
+        check=in_range(0, 1, high_open=True),
+    )
+    warmup_start_lr: float = setting(
+        0.0, "learning rate the warm-up starts from (SLIP: 1e-6)", check=at_least(0)
+    )
+    max_grad_norm: float = setting(1.0, "gradient clipping norm (0 disables)", check=at_least(0))
+    optimizer: Literal["adamw", "adamw_fused", "sgd"] = setting("adamw", "optimiser")
+    adam_beta1: float = setting(0.9, "AdamW beta1", check=in_range(0, 1, high_open=True))
+    adam_beta2: float = setting(0.999, "AdamW beta2", check=in_range(0, 1, high_open=True))
+    adam_epsilon: float = setting(1e-8, "AdamW epsilon", check=at_least(0))
+    sgd_momentum: float = setting(0.9, "SGD momentum", check=in_range(0, 1, high_open=True))
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation before and after training."""
+
+    eval_dataset: str | None = setting(
+        None, "evaluation data (registry name or path; default: none)", identity=False
+    )
+    eval_split: str = setting("test", "evaluation split", identity=False)
+    eval_limit: int | None = setting(
+        None, "evaluate on at most this many samples", check=at_least(1), identity=False
+    )
+    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)", identity=False)
+    eval_before: bool = setting(True, "evaluate the model before training", identity=False)
+    eval_after: bool = setting(True, "evaluate the model after training", identity=False)
+    figures: bool = setting(True, "draw the method's figures into <run>/figures/", identity=False)
+
+
+@dataclass
+class OutputConfig:
+    """Where the run writes, and how often."""
+
+    output_dir: str | None = setting(None, "run folder (default: runs/<preset>)", identity=False)
+    save_steps: int = setting(
+        500, "checkpoint every this many optimiser steps", check=at_least(1), identity=False
+    )
+    save_total_limit: int | None = setting(
+        2, "checkpoints kept per stage (the newest)", check=at_least(1), identity=False
+    )
+    logging_steps: int = setting(10, "log every this many optimiser steps", check=at_least(1), identity=False)
+
+
+@dataclass
+class RunConfig:
+    """The base of every method's run configuration; a method subclasses it to set its `model` section and
+    add its own section (a field named after the method)."""
+
+    method: ClassVar[str] = ""
+    preset: ClassVar[str] = ""  # the default preset of `hf-vrl train <method>`
+
+    model: Any = None
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    seed: int = setting(0, "seed of initialisation, data order and augmentation")
+    precision: Literal["auto", "no", "bf16", "fp16"] = setting(
+        "auto", "mixed precision: auto = bf16 on a GPU that has it, else none"
+    )
+    compile: Literal["auto", "on", "off"] = setting(
+        "auto", "torch.compile the trained model: auto = on CUDA", identity=False
+    )
+
+    def validate(self) -> list[str]:
+        """Cross-field rules beyond each field's own check; returns the problems (override and extend)."""
+        problems = []
+        optim = self.optim
+        if optim.global_batch_size is not None and optim.gradient_accumulation_steps is not None:
+            problems.append(
+                "optim: give global_batch_size or gradient_accumulation_steps, not both "
+                "(accumulation follows from the global batch and the process count)"
+            )
+        if optim.min_learning_rate and optim.lr_scheduler != "cosine":
+            problems.append(f"optim.min_learning_rate needs lr_scheduler cosine, not {optim.lr_scheduler!r}")
+        if optim.min_learning_rate >= optim.learning_rate:
+            problems.append("optim.min_learning_rate must be below learning_rate")
+        if optim.global_batch_size is not None and optim.global_batch_size % optim.batch_size:
+            problems.append(
+                f"optim.global_batch_size ({optim.global_batch_size}) must be a multiple of batch_size "
+                f"({optim.batch_size})"
+            )
+        return problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as the preset format (with `method` on top)."""
+        return {"method": self.method, **dataclasses.asdict(self)}
+
+    def identity(self) -> dict[str, Any]:
+        """Only the fields that define the run (what resuming must not change), flattened to dotted names."""
+        return {path: value for path, value, meta in _leaves(self) if meta.get("identity", True)}
+
+
+# -- walking and building ------------------------------------------------------------
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _fields(cls: type) -> Iterator[tuple[dataclasses.Field, Any]]:
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        yield f, hints[f.name]
+
+
+def leaf_fields(cls: type[RunConfig]) -> list[tuple[str | None, dataclasses.Field, Any]]:
+    """(section or None, field, type) of every setting, sections in declaration order."""
+    leaves = []
+    for f, tp in _fields(cls):
+        if _is_section(tp):
+            leaves += [(f.name, sub, sub_tp) for sub, sub_tp in _fields(tp)]
+        else:
+            leaves.append((None, f, tp))
+    return leaves
+
+
+def _leaves(config: Any, prefix: str = "") -> Iterator[tuple[str, Any, Mapping]]:
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _leaves(value, f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", value, f.metadata
+
+
+def _describe(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if origin is list:
+        return f"a list of {_describe(args[0])}"
+    return {type(None): "null", dict: "a mapping"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def coerce(value: Any, tp: Any) -> Any:
+    """`value` as type `tp` (strings from the command line are parsed); raises ValueError when it is not."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg)
+            except ValueError:
+                continue
+        raise ValueError(f"expected {_describe(tp)}, got {value!r}")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ValueError(f"expected {_describe(tp)}, got {value!r}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif origin is list:
+        if isinstance(value, str):
+            value = json.loads(value) if value.startswith("[") else value.replace(",", " ").split()
+        if isinstance(value, (list, tuple)):
+            return [coerce(item, args[0]) for item in value]
+    elif tp is dict or origin is dict:
+        if isinstance(value, str):
+            value = json.loads(value)
+        if isinstance(value, Mapping):
+            return dict(value)
+    raise ValueError(f"expected {_describe(tp)}, got {value!r}")
+
+
+# sections and settings of the first preset format -> where they live now
+RENAMED = {"training": "optim", "processors": "model", "random_resized_crop_scale": "diffclip.crop_scale"}
+
+
+def _unknown(key: str, known: list[str], where: str) -> str:
+    close = difflib.get_close_matches(key, known + list(RENAMED), n=1)
+    if close and close[0] in RENAMED:
+        hint = f"did you mean {RENAMED[close[0]]!r}? ('{close[0]}' in the first preset format)"
+    else:
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+    return f"{where}{key}: unknown setting; {hint}"
+
+
+def _build(cls: type, values: Mapping[str, Any], where: str, problems: list[str]) -> Any:
+    """Instantiate dataclass `cls` from a (possibly partial) mapping, collecting every problem."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    problems += [_unknown(key, known, where) for key in values if key not in known]
+    kwargs = {}
+    for f, tp in _fields(cls):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        if _is_section(tp):
+            if not isinstance(value, Mapping):
+                problems.append(f"{where}{f.name}: expected a mapping of settings, got {value!r}")
+                continue
+            # a partial section keeps the method's defaults for the rest (e.g. DCR's optimisation defaults)
+            defaults = dataclasses.asdict(f.default_factory()) if callable(f.default_factory) else {}
+            kwargs[f.name] = _build(tp, {**defaults, **value}, f"{where}{f.name}.", problems)
+            continue
+        try:
+            value = coerce(value, tp)
+        except (ValueError, json.JSONDecodeError) as error:
+            problems.append(f"{where}{f.name}: {error}")
+            continue
+        check = f.metadata.get("check")
+        message = check(value) if check else None
+        if message:
+            problems.append(f"{where}{f.name}: {message}")
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` updated by `update`, sections merged key by key (a mapping-valued setting is replaced whole
+    unless both sides are sections of the configuration, which the caller decides by nesting)."""
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`)."""
+    path = Path(path)
+    text = path.read_text()
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except (json.JSONDecodeError, ValueError) as error:
+        kind = "YAML" if path.suffix in (".yaml", ".yml") else "JSON"
+        raise UserError(f"{path} is not valid {kind}: {error}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def resolve(
+    cls: type[RunConfig],
+    preset: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    source: str = "the configuration",
+) -> RunConfig:
+    """Defaults, updated by `preset` (the preset format), then by `overrides` ({dotted path: value}); every
+    problem is collected and raised as one `UserError`."""
+    preset = dict(preset or {})
+    method = preset.pop("method", cls.method)
+    for key in PRESET_INFO_KEYS:
+        preset.pop(key, None)
+    if method != cls.method:
+        raise UserError(
+            f"{source} is a {method!r} preset, not a {cls.method!r} one: run `hf-vrl train {method}` with "
+            f"it, or pick a {cls.method} preset (`hf-vrl train {cls.method} --help` lists them)"
+        )
+    values: dict[str, Any] = dict(preset)
+    for path, value in (overrides or {}).items():
+        _set_path(values, path.split("."), value)
+    problems: list[str] = []
+    config = _build(cls, values, "", problems)
+    try:
+        problems += config.validate()
+    except (TypeError, ValueError, AttributeError):
+        pass  # a cross-field rule tripped over a value already reported above
+    if problems:
+        listing = "\n".join(f"  - {p}" for p in problems)
+        raise UserError(f"{source} has {len(problems)} problem(s):\n{listing}")
+    return config
+
+
+def _set_path(values: dict[str, Any], path: list[str], value: Any) -> None:
+    head, *rest = path
+    if not rest:
+        values[head] = value
+        return
+    child = values.get(head)
+    child = dict(child) if isinstance(child, Mapping) else {}
+    _set_path(child, rest, value)
+    values[head] = child

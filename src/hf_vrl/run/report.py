@@ -1,0 +1,140 @@
+"""The report every run writes, and `hf-vrl compare`: runs side by side.
+
+    {"method", "config", "before": {...}, "after": {...},
+     "train": {"steps", "runtime_s", "samples_per_s", "skipped": {kind: n}, "stages": {...}},
+     "outputs": {"final": ..., <export or figure>: path}}
+
+`before` / `after` hold `evaluate_clip`'s sections (`zero_shot`, `retrieval`, `clustering`, `linear_probe`,
+`granularity`, `rsa`, `mmvp`, ...) with the same metric names for every method, so one table reads any runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hf_vrl.errors import UserError
+
+__all__ = ["compare_table", "load_report", "main", "metric_rows", "plot_comparison"]
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """`<run>/report.json` (a run folder or the file itself)."""
+    path = Path(path)
+    file = path / "report.json" if path.is_dir() else path
+    if not file.is_file():
+        raise UserError(f"{path} has no report.json: give run folders written by `hf-vrl train`")
+    return json.loads(file.read_text())
+
+
+def _numbers(section: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Flatten a report section to {"task.metric": value} for the numeric leaves."""
+    out: dict[str, float] = {}
+    for key, value in section.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_numbers(value, f"{name}."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+# what a comparison shows by default: headline metrics of every method, in this order
+HEADLINE = (
+    "zero_shot.top1",
+    "retrieval.i2t_R@1",
+    "retrieval.t2i_R@1",
+    "retrieval.i2t_R@5",
+    "clustering.nmi",
+    "clustering.acc",
+    "linear_probe.top1",
+    "mmvp.accuracy",
+    "rsa.image",
+    "granularity.ncc_fine",
+)
+_SIZES = ("n_samples", "n_classes", "n_texts", "n_templates", "embedding_dim", "n_pairs", "n_train")
+
+
+def metric_rows(reports: Mapping[str, Mapping[str, Any]], metrics: Sequence[str] | None = None) -> list[str]:
+    """The metrics to show: `metrics`, else the headline ones any report has, else all shared numbers."""
+    found: set[str] = set()
+    for report in reports.values():
+        for stage in ("before", "after"):
+            found |= set(_numbers(report.get(stage) or {}))
+    if metrics:
+        return [m for m in metrics if m in found]
+    headline = [m for m in HEADLINE if m in found]
+    return headline or sorted(m for m in found if m.rsplit(".", 1)[-1] not in _SIZES)
+
+
+def compare_table(reports: Mapping[str, Mapping[str, Any]], metrics: Sequence[str] | None = None) -> str:
+    """One row per metric, one column per run and stage (percent with one decimal; '-' where absent)."""
+    from hf_vrl.evaluation import text_table
+
+    rows = metric_rows(reports, metrics)
+    header = ["metric"] + [f"{name} {stage}" for name in reports for stage in ("before", "after")]
+    table = [header]
+    for metric in rows:
+        cells = [metric]
+        for report in reports.values():
+            for stage in ("before", "after"):
+                value = _numbers(report.get(stage) or {}).get(metric)
+                cells.append("-" if value is None else f"{100 * value:.1f}")
+        table.append(cells)
+    return text_table(table, left_columns=1)
+
+
+def plot_comparison(
+    reports: Mapping[str, Mapping[str, Any]], path: str | Path, metrics: Sequence[str] | None = None
+) -> Path:
+    """Grouped bars: one group per metric, one bar per run (after training; before where it is all a run
+    has)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = metric_rows(reports, metrics)
+    if not rows:
+        raise UserError("the reports share no metric to plot")
+    fig = Figure(figsize=(max(4.0, 1.2 * len(rows) + 1), 3.2), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    width = 0.8 / len(reports)
+    for i, (name, report) in enumerate(reports.items()):
+        numbers = _numbers(report.get("after") or report.get("before") or {})
+        values = [100 * numbers.get(metric, np.nan) for metric in rows]
+        ax.bar(np.arange(len(rows)) + i * width, values, width, label=name)
+    ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, rows, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("%")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _run_names(paths: Sequence[str]) -> list[str]:
+    names = [Path(p).name or str(p) for p in paths]
+    return [str(p) if names.count(n) > 1 else n for n, p in zip(names, paths)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hf-vrl compare",
+        description="Print (and plot) the before/after metrics of runs side by side, from their report.json.",
+        epilog="example: hf-vrl compare runs/demo/clip runs/demo/diffclip --plot runs/demo/compare.png",
+    )
+    parser.add_argument("runs", nargs="+", help="run folders (or report.json files)")
+    parser.add_argument("--metrics", nargs="+", help="task.metric names to show (default: the headline ones)")
+    parser.add_argument("--plot", metavar="PNG", help="also write a bar chart here")
+    args = parser.parse_args(argv)
+    reports = {name: load_report(path) for name, path in zip(_run_names(args.runs), args.runs)}
+    print(compare_table(reports, args.metrics))
+    print("(percent)")
+    if args.plot:
+        print(f"plot: {plot_comparison(reports, args.plot, args.metrics)}")
+    return 0

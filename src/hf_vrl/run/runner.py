@@ -1,0 +1,415 @@
+"""One way to run every method: the lifecycle of a run, written once.
+
+    validate the configuration -> open the run folder (resume rules) -> the method builds its model
+    -> evaluate before -> for each stage: train, or load its result when it is done -> final/
+    -> evaluate after -> figures and exports -> report.json
+
+A method (`Method` subclass, in `methods/<name>/method.py`) supplies only what is its own: how to build its
+model, train one stage (its Trainer), save and load a stage's result, evaluate, and draw or export extras. The
+runner owns the folder, resume, seeds, devices, precision, data wrapping, the report and multi-process order
+(only the main process evaluates and writes; the others wait).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from hf_vrl.errors import UserError
+from hf_vrl.run.config import RunConfig
+from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
+from hf_vrl.run.layout import RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
+
+logger = logging.getLogger("hf_vrl.run")
+
+__all__ = ["Method", "Run", "execute"]
+
+
+@dataclass
+class Run:
+    """What a method works with during one run: the configuration, the folder, the processes."""
+
+    config: RunConfig
+    dir: RunDir
+    resume: str | None = None
+    rank: int = 0
+    world_size: int = 1
+    skip_log: SkipLog = None  # type: ignore[assignment]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.skip_log is None:
+            self.skip_log = SkipLog(self.dir.logs / "skips")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        from hf_vrl.devices import default_device
+
+        return default_device()
+
+    # -- data ------------------------------------------------------------------------------------------------
+
+    def sample_filter(self, name: str, decode_size: int | None = None) -> Any:
+        from hf_vrl.data.images import SampleFilter
+
+        return SampleFilter(name, draft_size=decode_size, log=self.skip_log)
+
+    def train_data(self, image_size: int | None = None, **loader_kwargs: Any) -> Any:
+        """The training data, seeded per sample (`hf_vrl.run.data`); streams are this process's share."""
+        from datasets import IterableDataset
+
+        from hf_vrl.data.registry import load_dataset_by_name
+
+        data = self.config.data
+        if data.dataset is None:
+            raise UserError("no training data: give --dataset (a registry name or path)")
+        stream_options = {"shuffle_buffer": data.shuffle_buffer, "decode_size": image_size}
+        dataset = load_dataset_by_name(
+            data.dataset,
+            split=data.split,
+            limit=data.train_limit,
+            seed=self.config.seed,
+            image_size=image_size,
+            sample_filter=self.sample_filter(f"{data.dataset} ({data.split})", image_size),
+            stream_options=stream_options,
+            **loader_kwargs,
+        )
+        if isinstance(dataset, IterableDataset):
+            if self.config.optim.max_steps is None:
+                raise UserError(f"{data.dataset} is streamed (its length is unknown): give --max-steps")
+            return SeededStream(dataset, self.config.seed, self.rank, self.world_size)
+        batch = self.config.optim.batch_size * self.world_size
+        if len(dataset) < batch:
+            raise UserError(
+                f"{data.dataset} has {len(dataset)} training samples, fewer than one batch of {batch} "
+                f"(batch_size x processes): lower --batch-size or use more data"
+            )
+        return SeededDataset(dataset, self.config.seed)
+
+    def eval_data(self, image_size: int | None = None, dataset: str | None = None) -> Any:
+        """The map-style evaluation dataset (None when the configuration names none)."""
+        from hf_vrl.data.registry import load_dataset_by_name
+
+        settings = self.config.eval
+        name = dataset or settings.eval_dataset
+        if name is None:
+            return None
+        loaded = load_dataset_by_name(
+            name,
+            split=settings.eval_split,
+            limit=settings.eval_limit,
+            seed=self.config.seed,
+            image_size=image_size,
+            stream_options={"shuffle_buffer": 0},
+        )
+        return materialise(loaded, settings.eval_limit, "evaluation")
+
+    # -- training --------------------------------------------------------------------------------------------
+
+    def precision(self) -> str:
+        """`no`, `bf16` or `fp16`: `auto` is bf16 on a GPU that supports it."""
+        precision = self.config.precision
+        if precision == "auto":
+            cuda = torch.cuda.is_available()
+            return "bf16" if cuda and torch.cuda.is_bf16_supported() else "no"
+        return precision
+
+    def compiled(self) -> bool:
+        return self.config.compile == "on" or (self.config.compile == "auto" and torch.cuda.is_available())
+
+    def gradient_accumulation(self) -> int:
+        optim = self.config.optim
+        if optim.global_batch_size is None:
+            return optim.gradient_accumulation_steps or 1
+        per_step = optim.batch_size * self.world_size
+        if optim.global_batch_size % per_step:
+            raise UserError(
+                f"global_batch_size {optim.global_batch_size} is not a multiple of batch_size x processes "
+                f"({optim.batch_size} x {self.world_size}); change one of them"
+            )
+        return optim.global_batch_size // per_step
+
+    def training_arguments(
+        self,
+        stage: str,
+        *,
+        max_steps: int | None = None,
+        learning_rate: float | None = None,
+        warmup_steps: int | None = None,
+        **overrides: Any,
+    ) -> Any:
+        """`TrainingArguments` of one stage from the shared sections (checkpoints in checkpoints/<stage>/)."""
+        from transformers import TrainingArguments
+
+        cfg, optim, output = self.config, self.config.optim, self.config.output
+        cuda = torch.cuda.is_available()
+        precision = self.precision()
+        steps = max_steps if max_steps is not None else optim.max_steps
+        warmup = warmup_steps if warmup_steps is not None else optim.warmup_steps
+        optimizer = {"adamw": "adamw_torch", "adamw_fused": "adamw_torch_fused", "sgd": "sgd"}[
+            optim.optimizer
+        ]
+        settings: dict[str, Any] = dict(
+            output_dir=str(self.dir.checkpoints(stage)),
+            max_steps=steps if steps is not None else -1,
+            num_train_epochs=optim.num_train_epochs,
+            per_device_train_batch_size=optim.batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation(),
+            learning_rate=learning_rate if learning_rate is not None else optim.learning_rate,
+            weight_decay=optim.weight_decay,
+            lr_scheduler_type="cosine_with_min_lr" if optim.min_learning_rate else optim.lr_scheduler,
+            lr_scheduler_kwargs={"min_lr": optim.min_learning_rate} if optim.min_learning_rate else None,
+            warmup_steps=warmup if warmup or not optim.warmup_ratio else optim.warmup_ratio,
+            max_grad_norm=optim.max_grad_norm,
+            optim=optimizer,
+            optim_args=f"momentum={optim.sgd_momentum}" if optimizer == "sgd" else None,
+            adam_beta1=optim.adam_beta1,
+            adam_beta2=optim.adam_beta2,
+            adam_epsilon=optim.adam_epsilon,
+            bf16=precision == "bf16",
+            fp16=precision == "fp16",
+            tf32=True if cuda and torch.cuda.get_device_capability()[0] >= 8 else None,
+            torch_compile=self.compiled(),
+            seed=cfg.seed,
+            logging_steps=output.logging_steps,
+            save_strategy="steps",
+            save_steps=output.save_steps,
+            save_total_limit=output.save_total_limit,
+            dataloader_num_workers=cfg.data.num_workers,
+            dataloader_drop_last=True,  # equal batches: the contrastive gather needs them
+            remove_unused_columns=False,
+            report_to="none",
+            use_cpu=not cuda,
+            ddp_find_unused_parameters=False,
+            accelerator_config={"dispatch_batches": False},  # each process reads its own share
+        )
+        settings.update(overrides)
+        return TrainingArguments(**settings)
+
+    def record_stage(self, stage: str, trainer: Any, output: Any) -> None:
+        """Keep a stage's training figures (steps, runtime, throughput) for the report."""
+        metrics = getattr(output, "metrics", {}) or {}
+        self.stats[stage] = {
+            "steps": int(trainer.state.global_step),
+            "runtime_s": round(float(metrics.get("train_runtime", 0.0)), 2),
+            "samples_per_s": round(float(metrics.get("train_samples_per_second", 0.0)), 2),
+        }
+
+
+class Method:
+    """What one method adds to the shared run: override the hooks below (peft-tuner style)."""
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type[RunConfig]] = RunConfig
+    aliases: ClassVar[dict[str, list[str]]] = {}  # deprecated flag -> replacement tokens
+    summary: ClassVar[str] = ""  # one line for `hf-vrl train --help`
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.config = run.config
+
+    def stages(self) -> list[str]:
+        """Stage names in order; each trains with its own checkpoints folder."""
+        return ["train"]
+
+    def setup(self) -> None:
+        """Load processors, build inputs (e.g. toy-world models); runs on every process before anything."""
+
+    def initial_model(self) -> nn.Module:
+        """The model before training (evaluated 'before'; the first stage's input)."""
+        raise NotImplementedError
+
+    def train_stage(self, stage: str, model: nn.Module, checkpoint: str | None) -> nn.Module:
+        """Train `stage` from `model` (resuming from `checkpoint` when given); return the trained model and
+        call `self.run.record_stage(stage, trainer, output)`."""
+        raise NotImplementedError
+
+    def save_stage(self, stage: str, model: nn.Module, folder: Path) -> None:
+        """Save an intermediate stage's result (the last stage's goes through `save_final`)."""
+        model.save_pretrained(folder)
+
+    def load_stage(self, stage: str, folder: Path) -> nn.Module:
+        raise NotImplementedError
+
+    def save_final(self, model: nn.Module, folder: Path) -> None:
+        """Write what `from_pretrained` loads, with the processors."""
+        model.save_pretrained(folder)
+
+    def load_final(self, folder: Path) -> nn.Module:
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
+        """The report section of `model` ("before" or "after"); None when there is no evaluation data."""
+        return None
+
+    def finish(self, model: nn.Module) -> dict[str, str]:
+        """Figures and exports of the final model; returns {name: path}. Failures are warnings."""
+        return {}
+
+
+# -- the lifecycle ------------------------------------------------------------
+
+
+def _process_state() -> tuple[int, int, Any]:
+    """(rank, world size, accelerate PartialState); sets up the process group under torchrun / accelerate."""
+    from accelerate import PartialState
+
+    state = PartialState(cpu=not torch.cuda.is_available())
+    return state.process_index, state.num_processes, state
+
+
+def _stage_checkpoint(run: Run, stage: str) -> str | None:
+    """The checkpoint `stage` resumes from: the newest complete one (`--resume auto`), the given one when it
+    belongs to this stage, else none."""
+    folder = run.dir.checkpoints(stage)
+    if run.resume is None:
+        return None
+    if run.resume == "auto":
+        found = last_complete_checkpoint(folder)
+        if found is not None:
+            logger.info("%s: resuming from %s", stage, found)
+        return str(found) if found else None
+    given = Path(run.resume).resolve()
+    if given.parent != folder.resolve():
+        return None
+    if last_complete_checkpoint(folder) is None or not (given / "trainer_state.json").is_file():
+        raise UserError(f"--resume {run.resume}: not a complete checkpoint (no trainer_state.json in it)")
+    return str(given)
+
+
+def _check_resume_target(run: Run, stages: Sequence[str]) -> None:
+    if run.resume in (None, "auto"):
+        return
+    given = Path(run.resume).resolve()
+    if not any(given.parent == run.dir.checkpoints(stage).resolve() for stage in stages):
+        raise UserError(
+            f"--resume {run.resume} is not a checkpoint of {run.dir.root} (expected "
+            f"{run.dir.root}/checkpoints/<stage>/checkpoint-<step>); use --resume auto for the newest"
+        )
+
+
+def _write_report(run: Run, report: Mapping[str, Any]) -> None:
+    if run.is_main:
+        atomic_write_json(run.dir.report_file, dict(report))
+
+
+def _train_summary(run: Run) -> dict[str, Any]:
+    stages = dict(run.stats)
+    runtime = sum(s["runtime_s"] for s in stages.values())
+    samples = sum(s["samples_per_s"] * s["runtime_s"] for s in stages.values())
+    return {
+        "steps": sum(s["steps"] for s in stages.values()),
+        "runtime_s": round(runtime, 2),
+        "samples_per_s": round(samples / runtime, 2) if runtime else 0.0,
+        "skipped": run.skip_log.counts(),
+        "stages": stages,
+    }
+
+
+def execute(method_class: type[Method], config: RunConfig, resume: str | None = None) -> dict[str, Any]:
+    """Run `config` with `method_class` (see the module docstring); returns the report."""
+    rank, world_size, state = _process_state()
+    if torch.cuda.is_available():
+        torch.backends.cudnn.benchmark = True  # the fast CUDA settings (TF32 comes with TrainingArguments)
+    out = RunDir(Path(config.output.output_dir or f"runs/{method_class.name}"))
+    run = Run(config=config, dir=out, resume=resume, rank=rank, world_size=world_size)
+    method = method_class(run)
+    stages = method.stages()
+    _check_resume_target(run, stages)
+    resumed = out.open(config, resume)  # every process checks before the main one writes
+    state.wait_for_everyone()
+    if run.is_main:
+        atomic_write_json(out.config_file, config.to_dict())
+        logger.info("%s run in %s%s", method_class.name, out.root, " (resumed)" if resumed else "")
+    method.setup()
+    report: dict[str, Any] = {"method": method_class.name, "config": config.to_dict()}
+    previous = _previous_report(out) if resumed else {}
+    if "after" in previous and out.final.is_dir():
+        logger.info("%s is finished: nothing to train; its report stands", out.root)
+        return previous
+    report.update({key: previous[key] for key in ("before",) if key in previous})
+    model = None
+    if config.eval.eval_before and "before" not in report and not out.final.is_dir():
+        model = method.initial_model()
+        if run.is_main:
+            before = method.evaluate(model, "before")
+            if before is not None:
+                report["before"] = before
+                _write_report(run, report)
+        state.wait_for_everyone()
+    for index, stage in enumerate(stages):
+        last = index == len(stages) - 1
+        result = out.stage_result(stage, last)
+        if result.is_dir():
+            logger.info("%s: finished earlier, loading %s", stage, result)
+            model = method.load_final(result) if last else method.load_stage(stage, result)
+            _load_stats(run, stage)
+            continue
+        if model is None:
+            model = method.initial_model() if index == 0 else _previous_result(method, out, stages, index)
+        model = method.train_stage(stage, model, _stage_checkpoint(run, stage))
+        if run.is_main:
+            with atomic_dir(result) as folder:
+                if last:
+                    method.save_final(model, folder)
+                else:
+                    method.save_stage(stage, model, folder)
+            atomic_write_json(out.checkpoints(stage) / "stats.json", run.stats.get(stage, {}))
+        state.wait_for_everyone()
+    report["train"] = _train_summary(run)
+    if run.is_main:
+        skipped = report["train"]["skipped"]
+        logger.info("skipped samples: %s", rows_summary(skipped))
+        if config.eval.eval_after:
+            after = method.evaluate(model, "after")
+            if after is not None:
+                report["after"] = after
+        report["outputs"] = {"final": str(out.final), **_finish(method, model)}
+        _write_report(run, report)
+    state.wait_for_everyone()
+    return report
+
+
+def _previous_report(out: RunDir) -> dict[str, Any]:
+    import json
+
+    return json.loads(out.report_file.read_text()) if out.report_file.is_file() else {}
+
+
+def _previous_result(method: Method, out: RunDir, stages: Sequence[str], index: int) -> nn.Module:
+    previous = stages[index - 1]
+    return method.load_stage(previous, out.stage_result(previous, last=False))
+
+
+def _load_stats(run: Run, stage: str) -> None:
+    import json
+
+    path = run.dir.checkpoints(stage) / "stats.json"
+    if path.is_file():
+        run.stats[stage] = json.loads(path.read_text())
+
+
+def _finish(method: Method, model: nn.Module) -> dict[str, str]:
+    if not method.config.eval.figures:
+        return {}
+    started = time.perf_counter()
+    try:
+        outputs = method.finish(model)
+    except Exception as error:  # a figure or export must never lose a finished run
+        logger.warning(
+            "could not finish the figures/exports (%s: %s); the model is saved", type(error).__name__, error
+        )
+        return {}
+    logger.info("figures and exports in %.1f s", time.perf_counter() - started)
+    return outputs

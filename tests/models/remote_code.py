@@ -1,0 +1,98 @@
+"""Load a saved model folder as Hub remote code in a fresh interpreter where hf_vrl cannot be imported, with
+a chosen transformers (an environment folder put first on PYTHONPATH) and the parent's torch thread settings,
+and return its outputs; used by the DiffCLIP / DCR loading tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+REMOTE_LOAD = """
+import importlib.abc, sys
+
+# hf_vrl is installed (editable) in this environment: make it unimportable, as on a user's machine.
+class RefuseHfVrl(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_vrl" or name.startswith("hf_vrl."):
+            raise ImportError("hf_vrl must not be needed to load the remote code")
+
+sys.meta_path.insert(0, RefuseHfVrl())
+import torch
+import transformers
+from transformers import AutoModel
+
+model_dir, inputs_path, outputs_path, threads, interop = sys.argv[1:6]
+torch.set_num_threads(int(threads))  # the parent's settings: reductions then split the same way
+torch.set_num_interop_threads(int(interop))
+model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).eval()
+assert "hf_vrl" not in sys.modules, sorted(m for m in sys.modules if m.startswith("hf_vrl"))
+assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+with torch.no_grad():
+    out = model(**torch.load(inputs_path))
+outputs = {key: value for key, value in out.items() if torch.is_tensor(value)}
+result = {"outputs": outputs, "cls": type(model).__name__, "transformers": transformers.__version__}
+result["threads"] = (torch.get_num_threads(), torch.get_num_interop_threads())
+torch.save(result, outputs_path)
+"""
+
+# Where the transformers environments of the version-matrix test are kept between runs.
+COMPAT_CACHE = Path(
+    os.environ.get("HF_VRL_COMPAT_CACHE", Path.home() / ".cache" / "hf_vrl" / "transformers-compat")
+)
+
+
+def remote_load(model_dir: Path, inputs: dict, work_dir: Path, environment: Path | None = None) -> dict:
+    """Run `AutoModel.from_pretrained(model_dir, trust_remote_code=True)(**inputs)` in a fresh interpreter
+    (transformers from `environment` when given, else the installed one) with this process's torch thread
+    counts; returns {"outputs": tensor fields, "cls": class name, "transformers": version, "threads": the
+    child's (intra-op, inter-op) thread counts}."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(inputs, work_dir / "inputs.pt")
+    script = work_dir / "load.py"
+    script.write_text(REMOTE_LOAD)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(environment or ""),
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(work_dir / "modules"),
+        "HF_HOME": str(work_dir / "hf_home"),
+    }
+    threads = [str(torch.get_num_threads()), str(torch.get_num_interop_threads())]
+    args = [
+        sys.executable,
+        str(script),
+        str(model_dir),
+        str(work_dir / "inputs.pt"),
+        str(work_dir / "out.pt"),
+    ]
+    done = subprocess.run(args + threads, cwd=work_dir, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(work_dir / "out.pt")
+
+
+def transformers_environment(version: str) -> Path:
+    """A folder holding `transformers==version` and its dependencies from the package index (pip
+    --target), built once into COMPAT_CACHE and reused; first on PYTHONPATH, it runs that version with this
+    torch."""
+    target = COMPAT_CACHE / version
+    if (target / "transformers").is_dir():
+        return target
+    COMPAT_CACHE.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{version}-", dir=COMPAT_CACHE))
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    command += ["--no-warn-conflicts", "--target", str(staging), f"transformers=={version}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RuntimeError(f"pip could not build transformers {version}: {done.stderr[-2000:]}")
+    try:
+        staging.rename(target)  # atomic: a concurrent build that finished first wins
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

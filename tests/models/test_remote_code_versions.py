@@ -1,0 +1,60 @@
+"""DiffCLIP and DCR saved with the installed transformers load as remote code, in a fresh interpreter without
+hf_vrl, on every transformers release users have, and give identical outputs.
+
+Slow: each environment (transformers and its dependencies, from the package index, no Hub) is built once with
+`pip install --target` into ~/.cache/hf_vrl/transformers-compat/<version> (HF_VRL_COMPAT_CACHE to move it)
+and reused; the child runs this torch with that folder first on PYTHONPATH.
+"""
+
+import pytest
+import torch
+from remote_code import remote_load, transformers_environment
+from test_diffclip_reference import text_batch, tiny_config_kwargs
+
+from hf_vrl.methods.dcr.toy import tiny_clip
+from hf_vrl.models.dcr import DCRModel
+from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
+
+# 4.57: the last 4.x (what most LLaVA code pins); 5.0: the oldest 5.x; 5.17: the GPU image's; 5.23: newest.
+VERSIONS = ("4.57.6", "5.0.0", "5.17.0", "5.23.0")
+
+
+def saved_models(root):
+    """A DiffCLIP (DiffCLIP† text tower, DiffCLIP* vision schedule) and a DCR model saved with this
+    transformers, each with inputs and the outputs computed here."""
+    torch.manual_seed(0)
+    diffclip = DiffCLIPModel(
+        DiffCLIPConfig(
+            **tiny_config_kwargs(
+                diff_attention_in_text=False, vision_config={"lambda_init_schedule": "depth"}
+            )
+        )
+    ).eval()
+    input_ids, attention_mask = text_batch()
+    diffclip_inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "pixel_values": torch.randn(3, 3, 16, 16),
+    }
+    dcr = DCRModel.from_clip(tiny_clip().eval(), condition_dim=16, num_condition_tokens=5).eval()
+    dcr.set_null_text_embeds(torch.randn(1, 5, 16))
+    dcr_inputs = {"pixel_values": torch.rand(2, 3, 16, 16)}
+    cases = {}
+    for name, model, inputs in (("diffclip", diffclip, diffclip_inputs), ("dcr", dcr, dcr_inputs)):
+        model.save_pretrained(root / name)
+        with torch.no_grad():
+            expected = {key: value for key, value in model(**inputs).items() if torch.is_tensor(value)}
+        cases[name] = (root / name, inputs, expected, type(model).__name__)
+    return cases
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", VERSIONS)
+def test_remote_code_loads_identically_on_transformers(version, tmp_path):
+    environment = transformers_environment(version)
+    for name, (model_dir, inputs, expected, class_name) in saved_models(tmp_path).items():
+        loaded = remote_load(model_dir, inputs, tmp_path / f"{name}-child", environment)
+        assert loaded["transformers"] == version and loaded["cls"] == class_name
+        assert loaded["outputs"].keys() == expected.keys(), name
+        for key, value in expected.items():
+            torch.testing.assert_close(loaded["outputs"][key], value, rtol=0, atol=0, msg=f"{name}.{key}")

@@ -1,0 +1,106 @@
+"""The run folder's rules: a run folder belongs to one configuration; writes are atomic; only complete
+checkpoints are resumed from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_vrl.errors import UserError
+from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
+from hf_vrl.presets import load_preset
+from hf_vrl.run.config import resolve
+from hf_vrl.run.layout import RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
+
+
+def config(**overrides):
+    return resolve(DiffCLIPRunConfig, load_preset("diffclip-tiny"), overrides)
+
+
+def recorded(tmp_path, cfg):
+    run = RunDir(tmp_path / "run")
+    atomic_write_json(run.config_file, cfg.to_dict())
+    return run
+
+
+def test_a_new_run_refuses_a_folder_that_holds_one(tmp_path):
+    run = recorded(tmp_path, config())
+    with pytest.raises(UserError, match="already holds a run: continue it with --resume"):
+        run.open(config(), resume=None)
+
+
+def test_resume_auto_starts_fresh_where_there_is_no_run(tmp_path):
+    assert RunDir(tmp_path / "empty").open(config(), resume="auto") is False
+    with pytest.raises(UserError, match="holds no run to resume"):
+        RunDir(tmp_path / "empty").open(
+            config(), resume=str(tmp_path / "empty/checkpoints/train/checkpoint-2")
+        )
+
+
+def test_resume_refuses_another_configuration_and_names_the_difference(tmp_path):
+    run = recorded(tmp_path, config())
+    assert run.open(config(), resume="auto") is True
+    with pytest.raises(UserError) as error:
+        run.open(config(**{"seed": 1, "optim.batch_size": 16}), resume="auto")
+    assert "optim.batch_size: 64 there, 16 now" in str(error.value) and "seed: 0 there, 1 now" in str(
+        error.value
+    )
+
+
+def test_resume_accepts_changes_that_do_not_define_the_run(tmp_path):
+    run = recorded(tmp_path, config())
+    changed = config(
+        **{"output.logging_steps": 1, "data.num_workers": 2, "eval.eval_limit": 10, "compile": "off"}
+    )
+    assert run.open(changed, resume="auto") is True
+
+
+def test_checkpoints_without_a_recorded_configuration_are_not_adopted(tmp_path):
+    run = RunDir(tmp_path / "run")
+    (run.checkpoints("train") / "checkpoint-2").mkdir(parents=True)
+    with pytest.raises(UserError, match="no config.json"):
+        run.open(config(), resume="auto")
+
+
+def test_a_run_of_another_method_is_not_resumed(tmp_path):
+    run = RunDir(tmp_path / "run")
+    atomic_write_json(run.config_file, {"method": "dcr"})
+    with pytest.raises(UserError, match="holds a 'dcr' run"):
+        run.open(config(), resume="auto")
+
+
+def test_only_complete_checkpoints_are_resumed_from(tmp_path):
+    folder = tmp_path / "checkpoints"
+    for step, complete in ((2, True), (4, True), (6, False)):
+        (folder / f"checkpoint-{step}").mkdir(parents=True)
+        if complete:
+            (folder / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    (folder / ".staging" / "checkpoint-8").mkdir(parents=True)
+    (folder / "checkpoint-10-old").mkdir()
+    assert last_complete_checkpoint(folder) == folder / "checkpoint-4"
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+
+
+def test_atomic_dir_is_all_or_nothing(tmp_path):
+    target = tmp_path / "final"
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as folder:
+            (folder / "model.safetensors").write_text("half")
+            raise RuntimeError("killed while saving")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    with atomic_dir(target) as folder:
+        (folder / "model.safetensors").write_text("whole")
+    assert (target / "model.safetensors").read_text() == "whole"
+    with atomic_dir(target) as folder:  # replaces a previous result in one rename
+        (folder / "config.json").write_text("{}")
+    assert sorted(p.name for p in target.iterdir()) == ["config.json"]
+
+
+def test_atomic_write_json_replaces_the_file(tmp_path):
+    path = tmp_path / "report.json"
+    atomic_write_json(path, {"a": 1})
+    atomic_write_json(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 2} and [p.name for p in tmp_path.iterdir()] == [
+        "report.json"
+    ]

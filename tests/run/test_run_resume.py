@@ -1,0 +1,172 @@
+"""A run killed at any point (SIGKILL, as `kill -9` or a pre-empted node) resumes to exactly what the
+uninterrupted run gives, bit for bit on the CPU, with random augmentation on; a finished stage or run is never
+trained again. Every run is a fresh process with one torch thread (tests/_run_worker.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+WORKER = Path(__file__).parents[1] / "_run_worker.py"
+SRC = Path(__file__).parents[2] / "src"
+QUIET = ["--no-eval-before", "--no-eval-after", "--no-figures"]
+# DiffCLIP-tiny with its random crops, a loader worker prefetching, checkpoints every 2 steps
+DIFFCLIP = [
+    "train",
+    "diffclip",
+    "--train-limit",
+    "48",
+    "--batch-size",
+    "8",
+    "--max-steps",
+    "6",
+    "--save-steps",
+    "2",
+    "--num-workers",
+    "1",
+    *QUIET,
+]
+# DCR-tiny shrunk: toy inputs of a few steps, 3 + 4 steps of the two stages
+DCR = [
+    "train",
+    "dcr",
+    "--train-limit",
+    "24",
+    "--batch-size",
+    "3",
+    "--stage1-steps",
+    "3",
+    "--max-steps",
+    "4",
+    "--save-steps",
+    "2",
+    "--clip-pretrain-steps",
+    "2",
+    "--diffusion-pretrain-steps",
+    "2",
+    *QUIET,
+]
+
+
+def hf_vrl(argv: list[str], kill: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC)}
+    env.pop("HF_VRL_TEST_KILL", None)
+    if kill:
+        env["HF_VRL_TEST_KILL"] = kill
+    return subprocess.run(
+        [sys.executable, str(WORKER), *argv], env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def killed(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+
+
+def weights(folder: Path) -> dict:
+    return load_file(folder / "model.safetensors")
+
+
+def assert_identical(a: Path, b: Path) -> None:
+    first, second = weights(a), weights(b)
+    assert first.keys() == second.keys()
+    different = [key for key in first if not (first[key] == second[key]).all()]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
+
+
+def steps(folder: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*"))
+
+
+@pytest.fixture(scope="module")
+def diffclip_full(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("diffclip") / "full"
+    ok(hf_vrl([*DIFFCLIP, "--output-dir", str(out)]))
+    return out
+
+
+def test_diffclip_killed_during_training_resumes_exactly(diffclip_full, tmp_path):
+    out = tmp_path / "run"
+    killed(hf_vrl([*DIFFCLIP, "--output-dir", str(out)], kill="step:train:3"))
+    assert steps(out / "checkpoints/train") == [2] and not (out / "final").exists()
+    ok(hf_vrl([*DIFFCLIP, "--output-dir", str(out), "--resume"]))
+    assert_identical(out / "final", diffclip_full / "final")
+
+
+def test_diffclip_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(diffclip_full, tmp_path):
+    out = tmp_path / "run"
+    killed(hf_vrl([*DIFFCLIP, "--output-dir", str(out)], kill="save:train:4"))
+    checkpoints = out / "checkpoints/train"
+    assert steps(checkpoints) == [2]  # the half-written checkpoint-4 never took its name
+    assert (checkpoints / ".staging/checkpoint-4").is_dir()
+    ok(hf_vrl([*DIFFCLIP, "--output-dir", str(out), "--resume"]))
+    assert_identical(out / "final", diffclip_full / "final")
+    assert steps(checkpoints) == [4, 6]
+
+
+def test_a_finished_run_is_never_trained_again(diffclip_full, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(diffclip_full, out)
+    before = (out / "final/model.safetensors").stat().st_mtime_ns
+    ok(hf_vrl([*DIFFCLIP, "--output-dir", str(out), "--resume"]))
+    assert steps(out / "checkpoints/train") == [4, 6]
+    assert (out / "final/model.safetensors").stat().st_mtime_ns == before
+
+
+def test_a_run_killed_after_its_last_checkpoint_finishes_without_training(diffclip_full, tmp_path):
+    """Killed between the last checkpoint and final/: the resumed run loads checkpoint-6 and trains no step
+    7 (the Trainer alone would)."""
+    out = tmp_path / "run"
+    shutil.copytree(diffclip_full, out)
+    shutil.rmtree(out / "final")
+    (out / "report.json").unlink()
+    ok(hf_vrl([*DIFFCLIP, "--output-dir", str(out), "--resume"]))
+    assert steps(out / "checkpoints/train") == [4, 6]
+    assert_identical(out / "final", diffclip_full / "final")
+
+
+def test_a_new_run_in_an_old_runs_folder_is_refused(diffclip_full, tmp_path):
+    proc = hf_vrl([*DIFFCLIP, "--output-dir", str(diffclip_full)])
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr
+    proc = hf_vrl([*DIFFCLIP, "--output-dir", str(diffclip_full), "--resume", "--seed", "1"])
+    assert proc.returncode == 2 and "seed: 0 there, 1 now" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def dcr_full(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dcr") / "full"
+    ok(hf_vrl([*DCR, "--output-dir", str(out)]))
+    return out
+
+
+def test_dcr_killed_in_stage_two_resumes_exactly_and_never_retrains_stage_one(dcr_full, tmp_path):
+    out = tmp_path / "run"
+    killed(hf_vrl([*DCR, "--output-dir", str(out)], kill="step:stage2:3"))
+    stage1_done = out / "checkpoints/stage1/done/model.safetensors"
+    stamp = stage1_done.stat().st_mtime_ns
+    assert steps(out / "checkpoints/stage2") == [2]
+    ok(hf_vrl([*DCR, "--output-dir", str(out), "--resume"]))
+    assert stage1_done.stat().st_mtime_ns == stamp and steps(out / "checkpoints/stage1") == [2, 3]
+    assert_identical(out / "final", dcr_full / "final")
+    assert_identical(out / "exports/dcr-model", dcr_full / "exports/dcr-model")
+    report = json.loads((out / "report.json").read_text())
+    assert (
+        report["train"]["stages"]["stage1"]["steps"] == 3
+        and report["train"]["stages"]["stage2"]["steps"] == 4
+    )
+
+
+def test_dcr_toy_inputs_of_another_seed_are_not_reused(dcr_full):
+    proc = hf_vrl([*DCR, "--output-dir", str(dcr_full), "--resume", "--seed", "1"])
+    assert proc.returncode == 2 and "seed: 0 there, 1 now" in proc.stderr
