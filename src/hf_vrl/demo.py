@@ -88,6 +88,19 @@ def dcr(args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
     return {"dcr": report}
 
 
+def clue(args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
+    """CLUE's ablation ladder in miniature (`clue-tiny`, methods/clue/miniature.py): the InfoNCE baseline and
+    the full Eq. 8 from the same pretrained start (built once, by the first rung), data and seed."""
+    from hf_vrl.methods.clue.miniature import train_rung
+
+    baseline = train_rung("InfoNCE", out / "InfoNCE", seed=args.seed)
+    start = dict(backbone=str(out / "InfoNCE" / "inputs" / "backbone"), backbone_config=None)
+    full = train_rung(
+        "+ text", out / "full", seed=args.seed, backbone_pretrain_steps=0, eval_before=False, **start
+    )
+    return {"clue InfoNCE": baseline, "clue full": full}
+
+
 PARTS: dict[str, Part] = {
     "clip": Part(
         "a 2-layer CLIP learns zero-shot classification from captions (the baseline)", dual_encoder("clip")
@@ -100,6 +113,11 @@ PARTS: dict[str, Part] = {
         "DCR enhances a CLIP vision tower with a frozen diffusion model (D-ability: clustering; P-ability: "
         "MMVP-style pairs)",
         dcr,
+    ),
+    "clue": Part(
+        "CLUE's full objective (soft-InfoNCE + parts + descriptions) against its InfoNCE baseline, same "
+        "start, data and seed: fine-grained linear probe and image retrieval (Rank-1/5)",
+        clue,
     ),
 }
 

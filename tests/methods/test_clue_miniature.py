@@ -1,52 +1,33 @@
-"""The ablation ladder on the shapes world: every rung trains from the same start, is evaluated; the table."""
+"""CLUE's ablation ladder in miniature: every rung a `clue-tiny` run through `hf_vrl.train`, the toy
+stand-in for ImageNet weights, the table."""
 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from hf_vrl import metrics
-from hf_vrl.data.offline import FASHION_MNIST_DIR
-from hf_vrl.methods.clue.miniature import (
-    COARSE_GROUPS,
-    LADDER,
-    LadderConfig,
-    format_ladder,
-    ladder_data,
-    main,
-    pretrain_backbone,
-    run_ladder,
+from hf_vrl.methods.clue.miniature import LADDER, format_ladder, pretrain_backbone, run_ladder
+from hf_vrl.presets import load_preset
+
+SMALL = dict(
+    max_steps=2, save_steps=2, batch_size=8, train_limit=32, eval_limit=30, backbone_pretrain_steps=2
 )
 
-TINY = LadderConfig(steps=2, pretrain_steps=2, pretrain_size=16, batch_size=8, train_size=48, test_size=40)
-TINY.probe_cs, TINY.num_workers = (1.0,), 0
 
-
-def test_every_rung_trains_and_is_evaluated(tmp_path):
-    report = run_ladder((0,), TINY, tmp_path)
-    assert list(report["rungs"]) == [name for name, _ in LADDER]
-    entries = [report["init"], *report["rungs"].values()]
-    for entry in entries:
-        assert len(entry["seeds"]) == 1 and entry["seeds"][0]["label_column"] == "fine_label"
-        assert all(math.isfinite(v) for v in entry["mean"].values()) and set(entry["std"]) == set(
-            entry["mean"]
-        )
-    # the rungs differ in their objective only, so their trained features differ
-    means = [tuple(entry["mean"].values()) for entry in report["rungs"].values()]
-    assert len(set(means)) > 1
-    assert json.loads((tmp_path / "clue_ladder.json").read_text())["config"]["steps"] == 2
+def test_rungs_are_runs_from_the_same_start(tmp_path):
+    report = run_ladder((0,), tmp_path, rungs=("InfoNCE", "+ text"), **SMALL)
+    assert list(report["rungs"]) == ["InfoNCE", "+ text"]
+    for name, folder in (("InfoNCE", "InfoNCE"), ("+ text", "text")):
+        run = json.loads((tmp_path / "seed0" / folder / "report.json").read_text())
+        assert run["after"] == report["rungs"][name]["seeds"][0]
+        assert run["before"] == report["start"]["seeds"][0]  # the same start, evaluated by the last rung
+        assert run["config"]["clue"]["targets"] == LADDER[name]["targets"]
+    assert report["rungs"]["InfoNCE"]["mean"] != report["rungs"]["+ text"]["mean"]
+    assert json.loads((tmp_path / "clue_ladder.json").read_text())["seeds"] == [0]
     table = format_ladder(report)
-    assert all(name in table for name, _ in LADDER) and "start (pretrained)" in table
-
-
-def test_command_line(tmp_path, capsys):
-    argv = ["--seeds", "0", "--steps", "1", "--batch-size", "8", "--train-size", "40", "--test-size", "30"]
-    argv += ["--pretrain-steps", "0", "--workers", "0", "--rungs", "+ text", "--output-dir", str(tmp_path)]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    assert "+ text" in out and "InfoNCE" not in out and "start (untrained)" in out
+    assert "InfoNCE" in table and "+ text" in table and "start" in table
 
 
 def test_pretraining_learns_the_coarse_label():
@@ -55,13 +36,12 @@ def test_pretraining_learns_the_coarse_label():
 
     from hf_vrl.data.toy import SHAPES, shapes_dataset
     from hf_vrl.methods.clue.augment import image_to_tensor
+    from hf_vrl.methods.clue.trainer import IMAGENET_MEAN, IMAGENET_STD
 
-    backbone = pretrain_backbone(LadderConfig(pretrain_steps=60, pretrain_size=200, batch_size=32), seed=0)
+    config = load_preset("clue-tiny")["model"]["backbone_config"]
+    backbone = pretrain_backbone(config, 60, size=200, batch_size=32, seed=0)
     data = shapes_dataset(200, seed=0, split="pretrain")  # the images it trained on
-    mean, std = (
-        torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1),
-        torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1),
-    )
+    mean, std = torch.tensor(IMAGENET_MEAN).view(3, 1, 1), torch.tensor(IMAGENET_STD).view(3, 1, 1)
     images = torch.stack([(image_to_tensor(image) - mean) / std for image in data["image"]])
     with torch.no_grad():
         features = backbone(pixel_values=images).pooler_output.flatten(1)
@@ -73,19 +53,8 @@ def test_pretraining_learns_the_coarse_label():
 
 @pytest.mark.slow
 def test_ladder_over_three_seeds(tmp_path):
-    """The several-seed table (as reported): the demo's size, seeds 0, 1, 2; mean and spread per rung."""
-    report = run_ladder((0, 1, 2), LadderConfig(threads=1), tmp_path)
+    """The several-seed table (as reported): clue-tiny, every rung, seeds 0, 1, 2; mean and spread."""
+    report = run_ladder((0, 1, 2), tmp_path)
     print(format_ladder(report))
     for entry in report["rungs"].values():
         assert len(entry["seeds"]) == 3 and any(std > 0 for std in entry["std"].values())
-
-
-@pytest.mark.skipif(not FASHION_MNIST_DIR.is_dir(), reason="apt-get install dataset-fashion-mnist")
-def test_offline_sets_get_a_coarse_level():
-    data = ladder_data("fashion_mnist", "test", 60, seed=0)
-    fine, coarse = data.features["fine_label"].names, data.features["label"].names
-    assert coarse == list(COARSE_GROUPS["fashion_mnist"])
-    for row in data:
-        assert fine[row["fine_label"]] in COARSE_GROUPS["fashion_mnist"][coarse[row["label"]]]
-    with pytest.raises(ValueError, match="coarse grouping"):
-        ladder_data("digits", "test", 10, seed=0)

@@ -22,6 +22,7 @@ __all__ = ["METHODS", "get_method", "list_method_presets", "main", "train"]
 METHODS: dict[str, str] = {
     "diffclip": "hf_vrl.methods.diffclip.method:DiffCLIPMethod",
     "dcr": "hf_vrl.methods.dcr.method:DCRMethod",
+    "clue": "hf_vrl.methods.clue.method:CLUEMethod",
 }
 
 

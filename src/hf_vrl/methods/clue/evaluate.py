@@ -124,7 +124,7 @@ def plot_part_maps(
 ):
     """Fig. 6: per image (rows), the image and the response map of each part cluster over it (warmer = more
     strongly assigned); returns the matplotlib Figure and writes a PNG when `path` is given."""
-    from hf_vrl.viz import _figure, save_figure
+    from hf_vrl.viz import new_figure, save_figure
 
     maps = part_maps(model, image_processor, images)
     pixels = _pixels(image_processor, images)  # what the model saw, de-normalised for display
@@ -135,7 +135,7 @@ def plot_part_maps(
         maps, size=pixels.shape[-2:], mode="bilinear", align_corners=False
     )
     n_parts = maps.shape[1]
-    fig = _figure(2.0 * (n_parts + 1), 2.0 * len(images))
+    fig = new_figure(2.0 * (n_parts + 1), 2.0 * len(images))
     axes = fig.subplots(len(images), n_parts + 1, squeeze=False)
     for row, shown in enumerate(shown_all):
         axes[row, 0].imshow(shown)

@@ -46,7 +46,7 @@ def build_model(settings: CLUESettings, *, text_embed_dim: int | None = None) ->
     try:
         config = AutoConfig.from_pretrained(settings.backbone)
     except (OSError, ValueError) as err:
-        raise UserError(f"cannot load clue.backbone {settings.backbone!r}: {err}") from err
+        raise UserError(f"cannot load model.backbone {settings.backbone!r}: {err}") from err
     if config.model_type == CLUEConfig.model_type:
         model = CLUEModel.from_pretrained(settings.backbone, dtype=torch.float32)
         if model.config.text_embed_dim != text_embed_dim:
@@ -57,7 +57,7 @@ def build_model(settings: CLUESettings, *, text_embed_dim: int | None = None) ->
         return model
     if config.model_type not in BACKBONES:
         raise UserError(
-            f"clue.backbone must be a ResNet or ViT checkpoint, {settings.backbone} is {config.model_type!r}"
+            f"model.backbone must be a ResNet or ViT checkpoint, {settings.backbone} is {config.model_type!r}"
         )
     return from_backbone(AutoModel.from_pretrained(settings.backbone, dtype=torch.float32), **kwargs)
 
@@ -73,10 +73,13 @@ def _checkpoint_normalisation(name: str | None) -> tuple[list[float], list[float
     return list(IMAGENET_MEAN), list(IMAGENET_STD)
 
 
-def build_image_processor(settings: CLUESettings) -> ConvNextImageProcessorPil:
+def build_image_processor(
+    settings: CLUESettings, normalisation_from: str | None = None
+) -> ConvNextImageProcessorPil:
     """Evaluation preprocessing at `settings.image_size` (resize to size / 0.875, centre crop) with the
-    backbone checkpoint's normalisation; its mean/std also normalise the training views."""
-    mean, std = _checkpoint_normalisation(settings.backbone)
+    normalisation of `normalisation_from`'s image processor (default: the backbone checkpoint's); its
+    mean/std also normalise the training views."""
+    mean, std = _checkpoint_normalisation(normalisation_from or settings.backbone)
     size = settings.image_size
     return ConvNextImageProcessorPil(
         size={"shortest_edge": size}, crop_pct=EVAL_CROP_PCT, image_mean=mean, image_std=std

@@ -1,13 +1,16 @@
-"""CLUE's own hyperparameters: the `clue` section of a run configuration (shared fields such as the batch
-size, learning rate and optimiser belong to the run layer)."""
+"""CLUE's settings as two run-configuration sections: `CLUEModelFields` (the `model` section: backbone, text
+encoder, description source) and `CLUEMethodFields` (the `clue` section: heads, loss, momentum, views).
+`CLUESettings` joins both and validates them together; shared fields such as the batch size, learning rate and
+optimiser belong to the run layer."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hf_vrl.errors import UserError
+from hf_vrl.run.config import setting
 
 TARGETS = ("sinkhorn", "identity")
 MOMENTUM_SCHEDULES = ("constant", "cosine")
@@ -15,13 +18,13 @@ BACKBONES = ("resnet", "vit")
 _VIEW_SIZE = "size"  # CLUEViews.size comes from image_size, never from `augment`
 
 
-def _help(text: str, **kwargs: Any) -> Any:
-    return field(metadata={"help": text}, **kwargs)
+def _help(text: str, *, identity: bool = True, **kwargs: Any) -> Any:
+    return setting(help=text, identity=identity, **kwargs)
 
 
 @dataclass
-class CLUESettings:
-    """CLUE's hyperparameters; defaults are the paper's values (ReSA's where CLUE builds on it unchanged)."""
+class CLUEModelFields:
+    """What CLUE starts from: the backbone and the frozen text side (the run's `model` section)."""
 
     backbone: str | None = _help(
         "Hub id or folder of a transformers ResNet/ViT checkpoint to start from (paper: ResNet-50 with "
@@ -33,6 +36,25 @@ class CLUESettings:
         "backbone (tiny presets); set backbone to None with it.",
         default=None,
     )
+    text_encoder: str = _help(
+        "Frozen CLIP-like model whose get_text_features embeds the descriptions (Hub id, folder, tiny-clip).",
+        default="openai/clip-vit-base-patch16",
+    )
+    text_source: str = _help(
+        "Where each image's description comes from: a dataset column (description, caption, ...) or a .json "
+        "file {image id: description} written by hf_vrl.methods.clue.describe.",
+        default="description",
+    )
+    text_id_column: str = _help(
+        "Dataset column holding the image id that keys the .json descriptions.", default="key"
+    )
+
+
+@dataclass
+class CLUEMethodFields:
+    """CLUE's own hyperparameters (the run's `clue` section); defaults are the paper's values (ReSA's where
+    CLUE builds on it unchanged)."""
+
     image_size: int = _help("Side of the training crops in pixels (paper: 224).", default=224)
     projection_hidden_dim: int = _help("Hidden width of the 3-layer projector (ReSA: 2048).", default=2048)
     projection_dim: int = _help("Output width of projector and predictor (ReSA: 512).", default=512)
@@ -68,18 +90,6 @@ class CLUESettings:
     momentum_schedule: str = _help(
         "'constant' (paper) or 'cosine': m rises to 1 over training (ReSA, DINO).", default="constant"
     )
-    text_encoder: str = _help(
-        "Frozen CLIP-like model whose get_text_features embeds the descriptions (Hub id, folder, tiny-clip).",
-        default="openai/clip-vit-base-patch16",
-    )
-    text_source: str = _help(
-        "Where each image's description comes from: a dataset column (description, caption, ...) or a .json "
-        "file {image id: description} written by hf_vrl.methods.clue.describe.",
-        default="description",
-    )
-    text_id_column: str = _help(
-        "Dataset column holding the image id that keys the .json descriptions.", default="key"
-    )
     augment: dict = _help(
         "Overrides of the weak/strong view parameters (CLUEViews fields: crop_scale, blur_prob, ...).",
         default_factory=dict,
@@ -87,8 +97,16 @@ class CLUESettings:
     eval_label_column: str | None = _help(
         "Label column of the linear probe and retrieval (default: fine_label where present, else label).",
         default=None,
+        identity=False,
     )
-    part_map_images: int = _help("Test images shown in the part-cluster response maps (Fig. 6).", default=4)
+    part_map_images: int = _help(
+        "Test images shown in the part-cluster response maps (Fig. 6).", default=4, identity=False
+    )
+
+
+@dataclass
+class CLUESettings(CLUEMethodFields, CLUEModelFields):
+    """Both sections together, validated on construction (a `UserError` names what to change)."""
 
     def __post_init__(self) -> None:
         self._check_choices()
@@ -119,11 +137,11 @@ class CLUESettings:
     def _check_backbone(self) -> None:
         if (self.backbone is None) == (self.backbone_config is None):
             raise UserError(
-                "set exactly one of clue.backbone (a checkpoint) and clue.backbone_config (a config)"
+                "set exactly one of model.backbone (a checkpoint) and model.backbone_config (a config)"
             )
         if self.backbone_config is not None and self.backbone_config.get("model_type") not in BACKBONES:
             raise UserError(
-                f"clue.backbone_config needs 'model_type' in {BACKBONES}, "
+                f"model.backbone_config needs 'model_type' in {BACKBONES}, "
                 f"got {self.backbone_config.get('model_type')!r}"
             )
 
@@ -135,7 +153,7 @@ class CLUESettings:
                 "clue.beta > 0 needs part centroids: set clue.num_parts >= 1 (paper: 3) or beta = 0"
             )
         if self.gamma > 0 and not self.text_source:
-            raise UserError("clue.gamma > 0 needs descriptions: set clue.text_source, or gamma = 0")
+            raise UserError("clue.gamma > 0 needs descriptions: set model.text_source, or clue.gamma = 0")
 
     def views(self) -> Any:
         """The `CLUEViews` of these settings (image_size plus the `augment` overrides)."""
