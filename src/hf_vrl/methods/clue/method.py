@@ -184,6 +184,7 @@ class CLUEMethod(Method):
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
         """linear_probe.top1, retrieval.i2i_R@1 / i2i_R@5 and granularity.* (CLUE §5.1.2, §3.1)."""
+        from hf_vrl import metrics
         from hf_vrl.methods.clue.evaluate import TASKS, evaluate_clue
 
         test = self._eval_data()
@@ -198,6 +199,7 @@ class CLUEMethod(Method):
             tasks=self.config.eval.tasks or TASKS,
             label_column=self.settings.eval_label_column,
             seed=self.config.seed,
+            probe_cs=tuple(self.settings.probe_cs or metrics.DEFAULT_CS),
         )
 
     def _eval_data(self) -> Any:

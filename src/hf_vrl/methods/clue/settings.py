@@ -102,6 +102,12 @@ class CLUEMethodFields:
     part_map_images: int = _help(
         "Test images shown in the part-cluster response maps (Fig. 6).", default=4, identity=False
     )
+    probe_cs: list[float] | None = _help(
+        "Inverse L2 strengths C the linear probe chooses from on a held-out part of the train split "
+        "(default: 13 values, 1e-6 to 1e6).",
+        default=None,
+        identity=False,
+    )
 
 
 @dataclass
