@@ -215,4 +215,4 @@ def test_clue_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(cl
     assert steps(out / "checkpoints/train") == [2]
     ok(hf_vrl([*CLUE, "--output-dir", str(out), "--resume"]))
     assert_identical(out / "final", clue_full / "final")
-    assert steps(out / "checkpoints/train") == [4, 6]
+    assert steps(out / "checkpoints/train") == [6]  # clue-tiny keeps the newest checkpoint only
