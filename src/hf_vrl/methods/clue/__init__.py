@@ -9,8 +9,9 @@ trainer.py    CLUETrainer: two views, both branches, Eq. 8, the momentum update 
 model.py      build a CLUEModel from a ResNet/ViT checkpoint, a CLUE checkpoint or a config; image processor
 evaluate.py   linear probe, retrieval Rank-1/5, granularity metrics (CDNV, NCC), Fig. 6 part maps
 export.py     the trained backbone as a plain ResNetModel / ViTModel
-settings.py   CLUESettings: the method's hyperparameters, validated
-miniature.py  the ablation ladder (InfoNCE -> + global soft -> + part -> + text) on the embedded data
+settings.py   CLUESettings = the model and clue sections of a run (CLUEModelFields, CLUEMethodFields)
+method.py     `hf-vrl train clue`: CLUERunConfig, CLUEMethod on the shared run design
+miniature.py  the ablation ladder (InfoNCE -> + soft -> + part -> + text) as clue-tiny runs; toy pretraining
 The Hub-facing model (CLUEConfig, CLUEModel, the VLAD layer) lives in hf_vrl.models.clue; the objectives are
 public in hf_vrl.losses.
 """
