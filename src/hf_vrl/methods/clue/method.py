@@ -79,7 +79,7 @@ class CLUERunConfig(RunConfig):
         return problems
 
 
-_MODEL_FIELDS = {f for f in CLUEModelFields.__dataclass_fields__}
+_MODEL_FIELDS = set(CLUEModelFields.__dataclass_fields__)
 
 
 class CLUEMethod(Method):
