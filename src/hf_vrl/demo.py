@@ -117,6 +117,19 @@ def dive(args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
     return {"FLYP": flyp, "DiVE": dive}
 
 
+def clue(args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
+    """CLUE's ablation ladder in miniature (`clue-tiny`, methods/clue/miniature.py): the InfoNCE baseline and
+    the full Eq. 8 from the same pretrained start (built once, by the first rung), data and seed."""
+    from hf_vrl.methods.clue.miniature import train_rung
+
+    baseline = train_rung("InfoNCE", out / "InfoNCE", seed=args.seed)
+    start = dict(backbone=str(out / "InfoNCE" / "inputs" / "backbone"), backbone_config=None)
+    full = train_rung(
+        "+ text", out / "full", seed=args.seed, backbone_pretrain_steps=0, eval_before=False, **start
+    )
+    return {"clue InfoNCE": baseline, "clue full": full}
+
+
 DUAL_ENCODER_METRICS = ("zero_shot.top1", "clustering.nmi", "clustering.acc")
 DCR_METRICS = (
     "clustering.nmi",
@@ -126,6 +139,7 @@ DCR_METRICS = (
     "mmvp.accuracy",
 )
 DIVE_METRICS = ("zero_shot.top1", "ood.top1", "transfer.top1", "rsa.image")
+CLUE_METRICS = ("linear_probe.top1", "retrieval.i2i_R@1", "retrieval.i2i_R@5", "granularity.ncc_fine")
 
 PARTS: dict[str, Part] = {
     "clip": Part(
@@ -153,6 +167,13 @@ PARTS: dict[str, Part] = {
         dive,
         "DiVE against FLYP (zero_shot = ID classes; ood = style-shifted; transfer = other datasets)",
         DIVE_METRICS,
+    ),
+    "clue": Part(
+        "CLUE's full objective (soft-InfoNCE + parts + descriptions) against its InfoNCE baseline, same "
+        "start, data and seed: fine-grained linear probe and image retrieval (Rank-1/5)",
+        clue,
+        "CLUE against its InfoNCE baseline (fine classes = colour + shape)",
+        CLUE_METRICS,
     ),
 }
 

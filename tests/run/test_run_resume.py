@@ -85,6 +85,26 @@ DIVE = [
     *QUIET,
 ]
 
+# CLUE-tiny shrunk: 2 toy pretraining steps, then 6 steps with both random views, the momentum branch and a
+# loader worker, checkpoints every 2 steps
+CLUE = [
+    "train",
+    "clue",
+    "--train-limit",
+    "48",
+    "--batch-size",
+    "8",
+    "--max-steps",
+    "6",
+    "--save-steps",
+    "2",
+    "--num-workers",
+    "1",
+    "--backbone-pretrain-steps",
+    "2",
+    *QUIET,
+]
+
 
 def hf_vrl(argv: list[str], kill: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC)}
@@ -222,3 +242,29 @@ def test_dive_killed_resumes_exactly_with_its_average_vector_and_reference_posit
         load_file(run / "checkpoints/train/checkpoint-6/extra_state.safetensors") for run in (out, dive_full)
     )
     assert int(state["reference_batches"]) == 6 and torch.equal(state["avg_vector"], full["avg_vector"])
+
+
+@pytest.fixture(scope="module")
+def clue_full(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("clue") / "full"
+    ok(hf_vrl([*CLUE, "--output-dir", str(out)]))
+    return out
+
+
+def test_clue_killed_during_training_resumes_exactly_with_its_momentum_branch(clue_full, tmp_path):
+    """The momentum branch (momentum_* weights, updated after every step) continues exactly too."""
+    out = tmp_path / "run"
+    killed(hf_vrl([*CLUE, "--output-dir", str(out)], kill="step:train:3"))
+    assert steps(out / "checkpoints/train") == [2] and not (out / "final").exists()
+    ok(hf_vrl([*CLUE, "--output-dir", str(out), "--resume"]))
+    assert_identical(out / "final", clue_full / "final")
+    assert any(key.startswith("momentum_backbone.") for key in weights(out / "final"))
+
+
+def test_clue_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(clue_full, tmp_path):
+    out = tmp_path / "run"
+    killed(hf_vrl([*CLUE, "--output-dir", str(out)], kill="save:train:4"))
+    assert steps(out / "checkpoints/train") == [2]
+    ok(hf_vrl([*CLUE, "--output-dir", str(out), "--resume"]))
+    assert_identical(out / "final", clue_full / "final")
+    assert steps(out / "checkpoints/train") == [6]  # clue-tiny keeps the newest checkpoint only

@@ -4,6 +4,7 @@ Importing this package registers the models with the transformers Auto classes (
 """
 
 from .auto import register_auto_classes
+from .clue import CLUEConfig, CLUEModel
 from .diffclip import (
     DiffCLIPConfig,
     DiffCLIPModel,
@@ -18,6 +19,8 @@ from .diffclip import (
 register_auto_classes()
 
 __all__ = [
+    "CLUEConfig",
+    "CLUEModel",
     "DiffCLIPConfig",
     "DiffCLIPModel",
     "DiffCLIPTextConfig",

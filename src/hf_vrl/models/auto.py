@@ -8,6 +8,7 @@ classes, without `trust_remote_code`. The zero-shot-image-classification pipelin
 
 from transformers import AutoConfig, AutoModel, AutoModelForZeroShotImageClassification
 
+from .clue import CLUEConfig, CLUEModel
 from .dcr import DCRConfig, DCRModel
 from .diffclip import (
     DiffCLIPConfig,
@@ -18,8 +19,9 @@ from .diffclip import (
     DiffCLIPVisionModel,
 )
 
-AUTO_CONFIGS = (DiffCLIPConfig, DiffCLIPTextConfig, DiffCLIPVisionConfig, DCRConfig)
+AUTO_CONFIGS = (DiffCLIPConfig, DiffCLIPTextConfig, DiffCLIPVisionConfig, DCRConfig, CLUEConfig)
 AUTO_MODELS = (
+    (AutoModel, CLUEConfig, CLUEModel),
     (AutoModel, DCRConfig, DCRModel),
     (AutoModel, DiffCLIPConfig, DiffCLIPModel),
     (AutoModel, DiffCLIPTextConfig, DiffCLIPTextModel),

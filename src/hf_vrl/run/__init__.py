@@ -23,6 +23,7 @@ METHODS: dict[str, str] = {
     "diffclip": "hf_vrl.methods.diffclip.method:DiffCLIPMethod",
     "dcr": "hf_vrl.methods.dcr.method:DCRMethod",
     "dive": "hf_vrl.methods.dive.method:DiVEMethod",
+    "clue": "hf_vrl.methods.clue.method:CLUEMethod",
 }
 
 

@@ -49,6 +49,8 @@ HEADLINE = (
     "transfer.top1",
     "retrieval.i2t_R@1",
     "retrieval.t2i_R@1",
+    "retrieval.i2i_R@1",
+    "retrieval.i2i_R@5",
     "retrieval.i2t_R@5",
     "clustering.nmi",
     "clustering.acc",

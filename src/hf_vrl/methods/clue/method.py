@@ -1,0 +1,223 @@
+"""`hf-vrl train clue`: CLUE (ReSA's soft-InfoNCE with Sinkhorn targets, a VLAD part term and alignment to
+frozen-CLIP embeddings of VLM descriptions, Eq. 8) on the shared run design (`hf_vrl.run`).
+
+The recipe lives in the `clue-r50` preset (ResNet-50 from supervised ImageNet weights, SGD with cosine and
+warm-up, batch 512, lr scaled by batch / 256, momentum encoder 0.999, K = 3 parts, CUB-200); `clue-tiny` is
+the toy world on a CPU. Descriptions come from a dataset column or from the JSON file of
+`python -m hf_vrl.methods.clue.describe`; they are embedded once into `<run>/inputs/` (`text.TextBank`). The
+momentum branch is part of the model, so checkpoints hold it and a resumed run continues it bit for bit; its
+coefficient is a function of the global step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torch import nn
+
+from hf_vrl.errors import UserError
+from hf_vrl.methods.clue.settings import CLUEMethodFields, CLUEModelFields, CLUESettings
+from hf_vrl.run.config import OptimConfig, RunConfig, at_least, setting
+from hf_vrl.run.runner import Method
+
+__all__ = ["CLUEMethod", "CLUEModelConfig", "CLUERunConfig"]
+
+
+@dataclass
+class CLUEModelConfig(CLUEModelFields):
+    """The backbone CLUE starts from, the frozen text encoder and description source, the processor."""
+
+    image_processor: str | None = setting(
+        None,
+        "checkpoint whose image processor's mean/std normalise the views and the evaluation (default: the "
+        "backbone's; ImageNet's for a backbone_config)",
+    )
+    backbone_pretrain_steps: int = setting(
+        0,
+        "toy world only (dataset shapes, backbone_config): first train the backbone to name the shape of "
+        "separate shapes-world images for this many SGD steps, a stand-in for ImageNet weights",
+        check=at_least(0),
+    )
+
+
+@dataclass
+class CLUERunConfig(RunConfig):
+    """Train a ResNet/ViT with CLUE's Eq. 8 (global soft-InfoNCE, part term, text term); evaluate linear
+    probe, retrieval Rank-1/5 and the granularity metrics before and after; save the CLUE model (AutoModel
+    with trust_remote_code=True), export the backbone as a stock ResNetModel/ViTModel, draw Fig. 6."""
+
+    method: ClassVar[str] = "clue"
+    preset: ClassVar[str] = "clue-tiny"
+
+    model: CLUEModelConfig = field(default_factory=CLUEModelConfig)
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(optimizer="sgd", learning_rate=0.1, weight_decay=1e-5)
+    )
+    clue: CLUEMethodFields = field(default_factory=CLUEMethodFields)
+
+    def settings(self, backbone: str | None = None) -> CLUESettings:
+        """Both sections as validated `CLUESettings`; `backbone` (a toy start) replaces the model's."""
+        model = {k: v for k, v in asdict(self.model).items() if k in _MODEL_FIELDS}
+        if backbone is not None:
+            model.update(backbone=backbone, backbone_config=None)
+        return CLUESettings(**model, **asdict(self.clue))
+
+    def validate(self) -> list[str]:
+        problems = super().validate()
+        try:
+            self.settings()
+        except UserError as error:
+            problems.append(str(error))
+        if self.model.backbone_pretrain_steps and (
+            self.model.backbone_config is None or self.data.dataset != "shapes"
+        ):
+            problems.append(
+                "model.backbone_pretrain_steps needs the toy world: dataset shapes and a backbone_config"
+            )
+        return problems
+
+
+_MODEL_FIELDS = set(CLUEModelFields.__dataclass_fields__)
+
+
+class CLUEMethod(Method):
+    name = "clue"
+    config_class = CLUERunConfig
+    summary = "CLUE: soft-InfoNCE + part + description terms (Eq. 8) for fine-grained SSL"
+
+    def setup(self) -> None:
+        import hf_vrl.models  # noqa: F401  (registers CLUE with the Auto classes for load_final)
+        from hf_vrl.methods.clue.model import build_image_processor
+
+        self.settings = self.config.settings(self._pretrained_backbone())
+        source = self.config.model.image_processor
+        self.image_processor = build_image_processor(self.settings, source)
+        self.train_dataset = self.run.train_data(image_size=self.settings.image_size)
+        self.text_bank = self._text_bank() if self.settings.uses_text else None
+        self._eval: Any = None
+
+    def _pretrained_backbone(self) -> str | None:
+        """The toy stand-in for ImageNet weights, trained once into <run>/inputs/backbone (or None)."""
+        from accelerate import PartialState
+
+        from hf_vrl.methods.clue.miniature import pretrain_backbone
+        from hf_vrl.run.layout import atomic_dir
+
+        steps = self.config.model.backbone_pretrain_steps
+        if not steps:
+            return None
+        folder = self.run.dir.inputs / "backbone"
+        if self.run.is_main and not folder.is_dir():
+            backbone = pretrain_backbone(
+                self.config.model.backbone_config,
+                steps,
+                seed=self.config.seed,
+                image_size=self.config.clue.image_size,
+            )
+            with atomic_dir(folder) as out:
+                backbone.save_pretrained(out)
+        PartialState().wait_for_everyone()
+        return str(folder)
+
+    def _text_bank(self) -> Any:
+        """Description embeddings of the training rows, cached in <run>/inputs/ (the main process first)."""
+        from accelerate import PartialState
+
+        from hf_vrl.methods.clue.text import (
+            build_text_bank,
+            descriptions_of,
+            is_json_source,
+            load_descriptions,
+        )
+
+        s = self.settings
+        if is_json_source(s.text_source):
+            texts = list(load_descriptions(s.text_source).values())
+        else:
+            rows = getattr(self.train_dataset, "dataset", None)
+            if rows is None or not hasattr(rows, "column_names"):
+                raise UserError("streamed data needs descriptions from a .json file: set model.text_source")
+            texts = descriptions_of(rows, s.text_source, s.text_id_column)
+        with PartialState().main_process_first():
+            return build_text_bank(
+                texts,
+                s.text_encoder,
+                text_source=s.text_source,
+                id_column=s.text_id_column,
+                cache_dir=self.run.dir.inputs,
+                device=self.run.device,
+            )
+
+    def initial_model(self) -> nn.Module:
+        from transformers import set_seed
+
+        from hf_vrl.methods.clue.model import build_model
+
+        set_seed(self.config.seed)
+        return build_model(self.settings, text_embed_dim=self.text_bank.dim if self.text_bank else None)
+
+    def train_stage(self, stage: str, model: nn.Module, checkpoint: str | None) -> nn.Module:
+        from hf_vrl.methods.clue.trainer import CLUETrainer
+
+        trainer = CLUETrainer(
+            model=model,
+            args=self.run.training_arguments(stage),
+            train_dataset=self.train_dataset,
+            settings=self.settings,
+            text_bank=self.text_bank,
+            image_processor=self.image_processor,
+        )
+        output = trainer.train(resume_from_checkpoint=checkpoint)
+        self.run.record_stage(stage, trainer, output)
+        return trainer.accelerator.unwrap_model(trainer.model)
+
+    def save_final(self, model: nn.Module, folder: Path) -> None:
+        model.save_pretrained(folder)
+        self.image_processor.save_pretrained(folder)
+
+    def load_final(self, folder: Path) -> nn.Module:
+        from transformers import AutoModel
+
+        return AutoModel.from_pretrained(folder)
+
+    def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
+        """linear_probe.top1, retrieval.i2i_R@1 / i2i_R@5 and granularity.* (CLUE §5.1.2, §3.1)."""
+        from hf_vrl import metrics
+        from hf_vrl.methods.clue.evaluate import TASKS, evaluate_clue
+
+        test = self._eval_data()
+        if test is None:
+            return None
+        train = self.train_dataset.dataset if hasattr(self.train_dataset, "dataset") else None
+        return evaluate_clue(
+            model.to(self.run.device),
+            self.image_processor,
+            test,
+            train,
+            tasks=self.config.eval.tasks or TASKS,
+            label_column=self.settings.eval_label_column,
+            seed=self.config.seed,
+            probe_cs=tuple(self.settings.probe_cs or metrics.DEFAULT_CS),
+        )
+
+    def _eval_data(self) -> Any:
+        if self._eval is None:
+            self._eval = self.run.eval_data(image_size=self.settings.image_size)
+        return self._eval
+
+    def finish(self, model: nn.Module) -> dict[str, str]:
+        """exports/backbone (a stock ResNetModel / ViTModel) and figures/part_maps.png (Fig. 6)."""
+        from hf_vrl.methods.clue.evaluate import plot_part_maps
+        from hf_vrl.methods.clue.export import export_backbone
+
+        backbone = export_backbone(model, self.run.dir.root / "exports" / "backbone", self.image_processor)
+        outputs = {"backbone": str(backbone)}
+        test = self._eval_data()
+        count = self.settings.part_map_images
+        if test is not None and count and getattr(model, "part_extractor", None) is not None:
+            path = self.run.dir.figures / "part_maps.png"
+            plot_part_maps(model, self.image_processor, test["image"][:count], path)
+            outputs["part_maps"] = str(path)
+        return outputs

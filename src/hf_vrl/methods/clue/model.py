@@ -1,0 +1,86 @@
+"""Build a `CLUEModel` and its image processor from `CLUESettings`: from a transformers ResNet/ViT checkpoint
+(the paper starts from ImageNet weights: `microsoft/resnet-50`), from a saved CLUE model, or from a backbone
+config (random initialisation, the tiny presets)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoImageProcessor, AutoModel, ConvNextImageProcessorPil
+
+from hf_vrl.errors import UserError
+from hf_vrl.methods.clue.settings import BACKBONES, CLUESettings
+from hf_vrl.methods.clue.trainer import IMAGENET_MEAN, IMAGENET_STD
+from hf_vrl.models.clue import CLUEConfig, CLUEModel
+
+__all__ = ["build_image_processor", "build_model", "from_backbone"]
+
+EVAL_CROP_PCT = 0.875  # evaluation: shorter side to size / 0.875, then a centre crop (224 from 256)
+
+
+def from_backbone(backbone: torch.nn.Module, **config_kwargs: Any) -> CLUEModel:
+    """A CLUE model whose online and momentum backbones start from `backbone`'s weights (a `ResNetModel` or
+    `ViTModel`; a ViT's pooler, which CLUE does not use, is left out). Heads and parts start fresh."""
+    model_type = getattr(getattr(backbone, "config", None), "model_type", None)
+    if model_type not in BACKBONES:
+        raise UserError(f"CLUE builds on a ResNet or ViT backbone, got model_type {model_type!r}")
+    model = CLUEModel(CLUEConfig(backbone_config=backbone.config.to_dict(), **config_kwargs))
+    missing, unexpected = model.backbone.load_state_dict(backbone.state_dict(), strict=False)
+    unexpected = [key for key in unexpected if not key.startswith("pooler.")]
+    if missing or unexpected:
+        raise ValueError(f"backbone weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    model.reset_momentum()
+    return model
+
+
+def build_model(settings: CLUESettings, *, text_embed_dim: int | None = None) -> CLUEModel:
+    """The model the settings describe; `text_embed_dim` (the text encoder's width) adds the text head.
+
+    `settings.backbone` may name a ResNet/ViT checkpoint (any head: `ResNetForImageClassification` loads
+    through AutoModel) or a saved CLUE model, which is loaded as is (its text head must match).
+    """
+    kwargs = {**settings.model_config(), "text_embed_dim": text_embed_dim}
+    if settings.backbone_config is not None:
+        return CLUEModel(CLUEConfig(backbone_config=dict(settings.backbone_config), **kwargs))
+    try:
+        config = AutoConfig.from_pretrained(settings.backbone)
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot load model.backbone {settings.backbone!r}: {err}") from err
+    if config.model_type == CLUEConfig.model_type:
+        model = CLUEModel.from_pretrained(settings.backbone, dtype=torch.float32)
+        if model.config.text_embed_dim != text_embed_dim:
+            raise UserError(
+                f"{settings.backbone} has a text head of width {model.config.text_embed_dim}, the text "
+                f"encoder gives {text_embed_dim}: use the text_encoder it was trained with (or gamma = 0)"
+            )
+        return model
+    if config.model_type not in BACKBONES:
+        raise UserError(
+            f"model.backbone must be a ResNet or ViT checkpoint, {settings.backbone} is {config.model_type!r}"
+        )
+    return from_backbone(AutoModel.from_pretrained(settings.backbone, dtype=torch.float32), **kwargs)
+
+
+def _checkpoint_normalisation(name: str | None) -> tuple[list[float], list[float]]:
+    """The mean/std of the checkpoint's own image processor (ImageNet's when it has none or is random)."""
+    if name is not None:
+        try:
+            processor = AutoImageProcessor.from_pretrained(name)
+            return list(processor.image_mean), list(processor.image_std)
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass
+    return list(IMAGENET_MEAN), list(IMAGENET_STD)
+
+
+def build_image_processor(
+    settings: CLUESettings, normalisation_from: str | None = None
+) -> ConvNextImageProcessorPil:
+    """Evaluation preprocessing at `settings.image_size` (resize to size / 0.875, centre crop) with the
+    normalisation of `normalisation_from`'s image processor (default: the backbone checkpoint's); its
+    mean/std also normalise the training views."""
+    mean, std = _checkpoint_normalisation(normalisation_from or settings.backbone)
+    size = settings.image_size
+    return ConvNextImageProcessorPil(
+        size={"shortest_edge": size}, crop_pct=EVAL_CROP_PCT, image_mean=mean, image_std=std
+    )

@@ -1,0 +1,107 @@
+"""`hf-vrl train clue` on the shared run design: a tiny run end to end (layout, report, final/, the backbone
+export, Fig. 6), the momentum branch in final/, and user errors."""
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+from transformers import AutoModel
+
+import hf_vrl
+from hf_vrl.data.registry import load_dataset_by_name
+from hf_vrl.errors import UserError
+from hf_vrl.methods.clue.evaluate import evaluate_clue
+from hf_vrl.methods.clue.method import CLUERunConfig
+from hf_vrl.presets import load_preset
+from hf_vrl.run.config import resolve
+
+TINY = dict(
+    train_limit=32, batch_size=8, max_steps=3, save_steps=3, eval_limit=24, logging_steps=1,
+    backbone_pretrain_steps=2, part_map_images=2, seed=0,
+)  # fmt: skip
+METRICS = ("linear_probe.top1", "retrieval.i2i_R@1", "retrieval.i2i_R@5", "granularity.ncc_fine")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("clue") / "run"
+    return out, hf_vrl.train("clue", output_dir=str(out), **TINY)
+
+
+def _metric(section: dict, path: str) -> float:
+    task, name = path.split(".")
+    return section[task][name]
+
+
+def test_the_common_layout_and_report(run):
+    out, report = run
+    assert json.loads((out / "report.json").read_text()) == report
+    assert json.loads((out / "config.json").read_text()) == report["config"]
+    assert report["method"] == "clue" and report["train"]["steps"] == 3 and report["train"]["skipped"] == {}
+    for stage in ("before", "after"):
+        assert all(0 <= _metric(report[stage], m) <= 1 for m in METRICS)
+    assert report["before"] != report["after"]
+    assert (out / "inputs" / "backbone" / "config.json").is_file()  # the toy pretraining, built once
+    with Image.open(out / "figures" / "part_maps.png") as figure:  # 2 rows x (image + 3 clusters)
+        assert 1.5 < figure.size[0] / figure.size[1] < 2.5
+
+
+def test_final_loads_with_remote_code_and_reproduces_the_evaluation(run):
+    out, report = run
+    model = AutoModel.from_pretrained(out / "final", trust_remote_code=True)
+    assert type(model).__name__ == "CLUEModel" and model.config.text_embed_dim is not None
+    from transformers import AutoImageProcessor
+
+    processor = AutoImageProcessor.from_pretrained(out / "final")
+    test = load_dataset_by_name("shapes", split="test", limit=24, seed=0, image_size=32)
+    again = evaluate_clue(model, processor, test, tasks=("retrieval", "granularity"))
+    assert again["retrieval"] == report["after"]["retrieval"]
+    assert again["granularity"]["ncc_fine"] == report["after"]["granularity"]["ncc_fine"]
+
+
+def test_the_momentum_branch_is_saved_and_has_moved(run):
+    out, _ = run
+    final = load_file(out / "final" / "model.safetensors")
+    start = load_file(out / "inputs" / "backbone" / "model.safetensors")
+    key = "embedder.embedder.convolution.weight"
+    online, momentum = final[f"backbone.{key}"], final[f"momentum_backbone.{key}"]
+    assert not torch.equal(online, momentum) and not torch.equal(momentum, start[key])
+    # m = 0.999: the momentum copy moved a thousandth of the way towards the online weights per step
+    assert (momentum - start[key]).abs().max() < (online - start[key]).abs().max()
+
+
+def test_the_backbone_export_is_a_stock_resnet_with_the_online_weights(run):
+    out, _ = run
+    backbone = AutoModel.from_pretrained(out / "exports" / "backbone")
+    assert type(backbone).__name__ == "ResNetModel"
+    final = load_file(out / "final" / "model.safetensors")
+    exported = backbone.state_dict()
+    assert all(torch.equal(exported[k], final[f"backbone.{k}"]) for k in exported)
+
+
+def test_the_presets_resolve_and_say_what_differs_from_the_paper():
+    for name in ("clue-tiny", "clue-r50"):
+        preset = load_preset(name)
+        assert preset["notes"] and preset["description"]
+        resolve(CLUERunConfig, preset, source=name)
+    r50 = resolve(CLUERunConfig, load_preset("clue-r50"))
+    assert r50.model.backbone == "microsoft/resnet-50" and r50.optim.optimizer == "sgd"
+    assert r50.optim.learning_rate == pytest.approx(0.05 * r50.optim.global_batch_size / 256)
+    assert (r50.clue.num_parts, r50.clue.momentum, r50.clue.temperature) == (3, 0.999, 0.4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"temperature": 0}, "clue.temperature must be > 0"),
+        ({"backbone": "microsoft/resnet-50"}, "set exactly one of model.backbone"),
+        ({"dataset": "digits"}, "backbone_pretrain_steps needs the toy world"),
+        ({"beta": 1.0, "num_parts": 0}, "num_parts >= 1"),
+    ],
+)
+def test_user_errors_say_what_to_change(tmp_path, overrides, message):
+    with pytest.raises(UserError, match=message):
+        hf_vrl.train("clue", output_dir=str(tmp_path / "run"), **overrides)
+    assert not (tmp_path / "run").exists()
