@@ -42,6 +42,30 @@ def test_missing_fashion_mnist_says_how_to_install(tmp_path):
         offline.load_fashion_mnist("test", root=tmp_path)
 
 
+def _write_idx(path, array, magic_type=0x08):
+    """An idx file as Fashion-MNIST ships it (big-endian dims after a 4-byte magic), gzipped."""
+    import gzip
+    import struct
+
+    header = struct.pack(">HBB", 0, magic_type, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(gzip.compress(header + array.astype(np.uint8).tobytes()))
+
+
+def test_fashion_mnist_folder_from_the_environment(tmp_path):
+    """HF_VRL_FASHION_MNIST names the folder where no root-installed Debian package exists."""
+    import subprocess
+    import sys
+
+    images = np.random.default_rng(0).integers(0, 256, (6, 28, 28))
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)
+    _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", np.arange(6) % 10)
+    code = "from hf_vrl.data import offline; print(len(offline.load_fashion_mnist('test')))"
+    env = {**os.environ, "HF_VRL_FASHION_MNIST": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "6"
+
+
 class _Exploit:
     def __reduce__(self):
         return (os.system, ("echo should-not-run",))

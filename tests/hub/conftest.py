@@ -1,4 +1,4 @@
-"""Real tiny runs to publish (a DiffCLIP run and a two-stage DCR run, trained by the project's own commands)
+"""Real tiny runs to publish (one of each method, trained by the project's own commands)
 and an autospec'd `HfApi` standing in for the Hub: it records every call and keeps what `upload_folder` was
 given (the staging folder is gone after the call)."""
 
@@ -41,6 +41,31 @@ def dcr_run(tmp_path_factory) -> Path:
     )  # fmt: skip
     hf_vrl.train("dcr", output_dir=str(root / "run"), **tiny)
     return root / "run"
+
+
+@pytest.fixture(scope="session")
+def dive_run(tmp_path_factory) -> Path:
+    """dive-tiny shrunk: a tiny CLIP pre-trained for 3 steps, then 2 DiVE steps."""
+    out = tmp_path_factory.mktemp("dive") / "run"
+    tiny = dict(
+        pretrain_steps=3, pretrain_data={"animal_mnist": 32, "shapes": 32}, pretrain_batch_size=16,
+        train_limit=80, batch_size=8, max_steps=2, save_steps=2, eval_limit=40, reference_limit=16,
+        val_size=0, rsa_limit=12, zero_shot_datasets=["shapes"], reference_dataset=["animal_mnist", "shapes"],
+    )  # fmt: skip
+    hf_vrl.train("dive", output_dir=str(out), **tiny)
+    return out
+
+
+@pytest.fixture(scope="session")
+def clue_run(tmp_path_factory) -> Path:
+    """clue-tiny shrunk: a ResNet pre-trained for 2 steps, then 2 CLUE steps."""
+    out = tmp_path_factory.mktemp("clue") / "run"
+    tiny = dict(
+        train_limit=32, batch_size=8, max_steps=2, save_steps=2, eval_limit=24, backbone_pretrain_steps=2,
+        part_map_images=2,
+    )  # fmt: skip
+    hf_vrl.train("clue", output_dir=str(out), **tiny)
+    return out
 
 
 class FakeHub:

@@ -25,8 +25,12 @@ MODELS = [
     ("dcr", "final"),
     ("dcr", "vision-tower"),
     ("dcr", "dcr-model"),
+    ("dive", "final"),
+    ("dive", "vision-tower"),
+    ("clue", "final"),
+    ("clue", "backbone"),
 ]
-FEATURES = {"vision-tower": "pooler_output", "dcr-model": "image_embeds"}
+FEATURES = {("dcr", "dcr-model"): "image_embeds", ("clue", "final"): "features"}  # else pooler_output
 
 RUN_CARDS = """
 import importlib.abc, json, re, sys
@@ -52,16 +56,16 @@ Path("results.json").write_text(json.dumps(results))
 """
 
 
-def _expected(run, what, image) -> torch.Tensor:
+def _expected(run, method, what, image) -> torch.Tensor:
     """What the run's model gives for the card's example, loaded in this process with hf_vrl's classes (the
     processors are the run's, in final/)."""
     model = AutoModel.from_pretrained(run / "final" if what == "final" else run / "exports" / what).eval()
     pixels = AutoImageProcessor.from_pretrained(run / "final")(images=image, return_tensors="pt").pixel_values
     with torch.no_grad():
-        if what == "final":
+        if what == "final" and (run / "final" / "tokenizer_config.json").is_file():
             text = AutoTokenizer.from_pretrained(run / "final")(LABELS, padding=True, return_tensors="pt")
             return model(pixel_values=pixels, **text).logits_per_image
-        return getattr(model(pixel_values=pixels), FEATURES[what])
+        return getattr(model(pixel_values=pixels), FEATURES.get((method, what), "pooler_output"))
 
 
 def _without_code(run, tmp_path):
@@ -73,10 +77,12 @@ def _without_code(run, tmp_path):
     return copy
 
 
-def test_published_models_load_back_from_their_cards(diffclip_run, dcr_run, tmp_path):
+def test_published_models_load_back_from_their_cards(diffclip_run, dcr_run, dive_run, clue_run, tmp_path):
     runs = {
         "diffclip": diffclip_run,
         "dcr": dcr_run,
+        "dive": dive_run,
+        "clue": clue_run,
         "diffclip-recoded": _without_code(diffclip_run, tmp_path),
     }
     repos = {}
@@ -106,9 +112,13 @@ def test_published_models_load_back_from_their_cards(diffclip_run, dcr_run, tmp_
         "me/dcr-final": "CLIPModel",
         "me/dcr-vision-tower": "CLIPVisionModel",
         "me/dcr-dcr-model": "DCRModel",
+        "me/dive-final": "CLIPModel",
+        "me/dive-vision-tower": "CLIPVisionModel",
+        "me/clue-final": "CLUEModel",  # the repo's own code, without hf_vrl
+        "me/clue-backbone": "ResNetModel",
     }
     photo = Image.open(tmp_path / "photo.jpg").convert("RGB")
     for method, what in MODELS:
-        expected = _expected(runs[method], what, photo)
+        expected = _expected(runs[method], method, what, photo)
         got = torch.tensor(results[f"me/{method}-{what}"]["output"])
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

@@ -25,19 +25,30 @@ EXPECTED = {
     ("dcr", "dcr-model"): {
         "config.json", "model.safetensors", "configuration_dcr.py", "modeling_dcr.py", *PROCESSOR, *RECORD,
     },
+    ("dive", "final"): {"config.json", "model.safetensors", *PROCESSOR, *TOKENIZER, *RECORD},
+    ("dive", "vision-tower"): {"config.json", "model.safetensors", *PROCESSOR, *RECORD},
+    ("clue", "final"): {
+        "config.json", "model.safetensors", "configuration_clue.py", "modeling_clue.py",
+        "figures/part_maps.png", *PROCESSOR, *RECORD,
+    },
+    ("clue", "backbone"): {"config.json", "model.safetensors", "figures/part_maps.png", *PROCESSOR, *RECORD},
 }  # fmt: skip
-REMOTE_CODE = {("diffclip", "final"), ("dcr", "dcr-model")}
+REMOTE_CODE = {("diffclip", "final"), ("dcr", "dcr-model"), ("clue", "final")}
 PIPELINES = {
     ("diffclip", "final"): "zero-shot-image-classification",
     ("dcr", "final"): "zero-shot-image-classification",
     ("dcr", "vision-tower"): "image-feature-extraction",
     ("dcr", "dcr-model"): "image-feature-extraction",
+    ("dive", "final"): "zero-shot-image-classification",
+    ("dive", "vision-tower"): "image-feature-extraction",
+    ("clue", "final"): "image-feature-extraction",
+    ("clue", "backbone"): "image-feature-extraction",
 }
 
 
 @pytest.fixture
-def runs(diffclip_run, dcr_run):
-    return {"diffclip": diffclip_run, "dcr": dcr_run}
+def runs(diffclip_run, dcr_run, dive_run, clue_run):
+    return {"diffclip": diffclip_run, "dcr": dcr_run, "dive": dive_run, "clue": clue_run}
 
 
 def _source(run, what, name):

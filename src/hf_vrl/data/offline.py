@@ -1,6 +1,7 @@
 """Real labelled images that install without the Hub, as captioned contract datasets.
 
-- Fashion-MNIST (Debian package `dataset-fashion-mnist`): the official 60k/10k split.
+- Fashion-MNIST (Debian package `dataset-fashion-mnist`, or its four idx files in the folder the environment
+  variable HF_VRL_FASHION_MNIST names): the official 60k/10k split.
 - Animal-MNIST (PyPI `animal-mnist`): 10k animal silhouettes in gzipped pickles, read with an allow-list
   unpickler that can only rebuild numpy arrays (no code runs). No official split: a fixed stratified
   80/20 split (the same whatever `seed`).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import io
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,7 +27,7 @@ from datasets import Dataset
 from .prompts import captions_for_labels
 from .schema import contract_features, dataset_from_arrays
 
-FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+FASHION_MNIST_DIR = Path(os.environ.get("HF_VRL_FASHION_MNIST", "/usr/share/datasets/fashion-mnist"))
 FASHION_MNIST_CLASSES = (
     "t-shirt/top",
     "trouser",
@@ -69,8 +71,8 @@ def fashion_mnist_arrays(split: str, root: str | Path = FASHION_MNIST_DIR) -> tu
     if not images_path.is_file() or not labels_path.is_file():
         raise DatasetUnavailableError(
             f"Fashion-MNIST not found in {root} (looked for {images_path.name}, {labels_path.name}). "
-            "Install it with `sudo apt-get install dataset-fashion-mnist`, or pass root= the folder holding "
-            "the four idx .gz files."
+            "Install it with `sudo apt-get install dataset-fashion-mnist`, or point HF_VRL_FASHION_MNIST (or "
+            "root=) at the folder holding the four idx .gz files."
         )
     return _read_idx(images_path, 16).reshape(-1, 28, 28), _read_idx(labels_path, 8).astype(np.int64)
 

@@ -11,7 +11,7 @@ from hf_vrl.hub.versions import remote_code_transformers
 __all__ = ["LoadInfo", "load_info"]
 
 # the output field holding the image features, for vision models whose output has no `pooler_output`
-FEATURE_OUTPUTS = {"DCRModel": "image_embeds"}
+FEATURE_OUTPUTS = {"DCRModel": "image_embeds", "CLUEModel": "features"}
 
 _DUAL = """
 image = Image.open("photo.jpg").convert("RGB")
