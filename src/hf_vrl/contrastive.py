@@ -21,7 +21,15 @@ import torch.distributed._functional_collectives as fc
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["ClipLogits", "as_embeddings", "clip_contrastive_loss", "clip_logits", "gather_features"]
+__all__ = [
+    "ClipLogits",
+    "NormalisedPairs",
+    "as_embeddings",
+    "clip_contrastive_loss",
+    "clip_logits",
+    "gather_features",
+    "normalised_pairs",
+]
 
 
 def as_embeddings(output) -> Tensor:
@@ -103,6 +111,39 @@ class ClipLogits(NamedTuple):
     labels: Tensor  # [B_rows]: column of each row's paired sample
 
 
+class NormalisedPairs(NamedTuple):
+    """L2-normalised local embeddings, the global batch's, and this process's rank."""
+
+    image: Tensor
+    text: Tensor
+    all_image: Tensor
+    all_text: Tensor
+    rank: int
+
+
+def normalised_pairs(
+    image_embeds: Tensor,
+    text_embeds: Tensor,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    gather_with_grad: bool = True,
+) -> NormalisedPairs:
+    """Check a [B, D] image / text pair, L2-normalise it and gather the global batch (`gather_features`)."""
+    if image_embeds.ndim != 2 or image_embeds.shape != text_embeds.shape:
+        raise ValueError(
+            "image_embeds and text_embeds must both be [B, D] with the same shape; got "
+            f"{tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}."
+        )
+    rank, world_size = _resolve_world(rank, world_size)
+    image_embeds = F.normalize(image_embeds, dim=-1)
+    text_embeds = F.normalize(text_embeds, dim=-1)
+    all_image, all_text = gather_features(
+        image_embeds, text_embeds, gather_with_grad=gather_with_grad, rank=rank, world_size=world_size
+    )
+    return NormalisedPairs(image_embeds, text_embeds, all_image, all_text, rank)
+
+
 def clip_logits(
     image_embeds: Tensor,
     text_embeds: Tensor,
@@ -119,16 +160,8 @@ def clip_logits(
     world_size > 1 the columns span the global batch; with ``local_loss`` the rows are only the local samples
     (labels offset by ``rank * B``), otherwise the rows span the global batch too.
     """
-    if image_embeds.ndim != 2 or image_embeds.shape != text_embeds.shape:
-        raise ValueError(
-            "image_embeds and text_embeds must both be [B, D] with the same shape; got "
-            f"{tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}."
-        )
-    rank, world_size = _resolve_world(rank, world_size)
-    image_embeds = F.normalize(image_embeds, dim=-1)
-    text_embeds = F.normalize(text_embeds, dim=-1)
-    all_image, all_text = gather_features(
-        image_embeds, text_embeds, gather_with_grad=gather_with_grad, rank=rank, world_size=world_size
+    image_embeds, text_embeds, all_image, all_text, rank = normalised_pairs(
+        image_embeds, text_embeds, rank=rank, world_size=world_size, gather_with_grad=gather_with_grad
     )
     batch = image_embeds.shape[0]
     if local_loss:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hf_vrl.contrastive import _resolve_world, gather_features
+from hf_vrl.contrastive import normalised_pairs
 
 __all__ = ["sigmoid_contrastive_loss"]
 
@@ -31,16 +31,8 @@ def sigmoid_contrastive_loss(
     world_size: int | None = None,
 ) -> Tensor:
     """SigLIP loss of the local images against the (global) batch's texts; ``logit_scale`` is t = exp(t')."""
-    if image_embeds.ndim != 2 or image_embeds.shape != text_embeds.shape:
-        raise ValueError(
-            "image_embeds and text_embeds must both be [B, D] with the same shape; got "
-            f"{tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}."
-        )
-    rank, world_size = _resolve_world(rank, world_size)
-    image_embeds = F.normalize(image_embeds, dim=-1)
-    text_embeds = F.normalize(text_embeds, dim=-1)
-    _, all_text = gather_features(
-        image_embeds, text_embeds, gather_with_grad=True, rank=rank, world_size=world_size
+    image_embeds, _, _, all_text, rank = normalised_pairs(
+        image_embeds, text_embeds, rank=rank, world_size=world_size
     )
     logits = logit_scale * image_embeds @ all_text.T + logit_bias
     batch = image_embeds.shape[0]
