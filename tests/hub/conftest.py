@@ -48,9 +48,10 @@ def dive_run(tmp_path_factory) -> Path:
     """dive-tiny shrunk: a tiny CLIP pre-trained for 3 steps, then 2 DiVE steps."""
     out = tmp_path_factory.mktemp("dive") / "run"
     tiny = dict(
-        pretrain_steps=3, pretrain_data={"animal_mnist": 32, "shapes": 32}, pretrain_batch_size=16,
+        pretrain_steps=3, pretrain_data={"digits": 32, "shapes": 32}, pretrain_batch_size=16,
         train_limit=80, batch_size=8, max_steps=2, save_steps=2, eval_limit=40, reference_limit=16,
-        val_size=0, rsa_limit=12, zero_shot_datasets=["shapes"], reference_dataset=["animal_mnist", "shapes"],
+        val_size=0, rsa_limit=12, zero_shot_datasets=["shapes"], rsa_dataset="shapes",
+        reference_dataset=["digits", "shapes"],
     )  # fmt: skip
     hf_vrl.train("dive", output_dir=str(out), **tiny)
     return out

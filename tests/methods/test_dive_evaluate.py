@@ -3,6 +3,8 @@ as stock transformers checkpoints."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from dive_helpers import IMAGE_SIZE, model, tiny_diffclip, tiny_siglip
@@ -78,7 +80,7 @@ def toy_world():
 
 def test_evaluate_dive_layout_and_values(toy_world, device):
     clip, image_processor, tokenizer, data = toy_world
-    clip = clip.to(device)
+    clip = copy.deepcopy(clip).to(device)  # the module's fixture stays on the CPU
     pretrained = CLIPModel(clip.config).eval()  # on the CPU: it follows the evaluated model
     ood = {name: shift_dataset(data, name) for name in ("inverted", "blurred")}
     report = evaluate_dive(

@@ -13,7 +13,7 @@ TINY = [
     "--pretrain-batch-size", "16", "--train-limit", "80", "--batch-size", "8", "--max-steps", "2",
     "--warmup-steps", "1", "--save-steps", "2", "--eval-limit", "30", "--reference-dataset", "shapes",
     "--reference-limit", "16", "--val-size", "8", "--wise-ft-alphas", "0.5", "--rsa-limit", "8",
-    "--zero-shot-datasets", "shapes",
+    "--zero-shot-datasets", "shapes", "--rsa-dataset", "shapes",
 ]  # fmt: skip
 
 

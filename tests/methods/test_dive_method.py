@@ -20,7 +20,7 @@ from hf_vrl.run.config import resolve
 # dive-tiny shrunk: a few pre-training steps on small sets, 4 fine-tuning steps of batch 8
 TINY = dict(
     pretrain_steps=3,
-    pretrain_data={"fashion_mnist": 32, "animal_mnist": 32, "shapes": 32},
+    pretrain_data={"fashion_mnist": 32, "digits": 32, "shapes": 32},
     pretrain_batch_size=16,
     train_limit=120,
     batch_size=8,
@@ -33,7 +33,8 @@ TINY = dict(
     val_size=8,
     rsa_limit=12,
     zero_shot_datasets=["shapes"],
-    reference_dataset=["animal_mnist", "shapes"],
+    rsa_dataset="shapes",
+    reference_dataset=["digits", "shapes"],
 )
 
 

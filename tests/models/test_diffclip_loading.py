@@ -154,7 +154,9 @@ def test_zero_shot_image_classification_pipeline(tmp_path, toy_tokenizer, device
     from_dir = pipeline("zero-shot-image-classification", model=str(tmp_path), device=device)
     assert type(from_dir.model) is DiffCLIPModel
     scores = {r["label"]: r["score"] for r in from_dir(image, candidate_labels=labels)}
-    assert scores == pytest.approx({r["label"]: r["score"] for r in result}, abs=1e-6)
+    # from a folder the pipeline's image processor is AutoImageProcessor's: torchvision where installed, whose
+    # resize is within one grey level of PIL's (1e-4 in probability here)
+    assert scores == pytest.approx({r["label"]: r["score"] for r in result}, abs=1e-3)
 
 
 def test_hf_vrl_eval_loads_a_saved_diffclip_without_remote_code(tmp_path):
