@@ -193,7 +193,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dataset", default="fashion_mnist", help="data of the CLIP / DiffCLIP parts")
     parser.add_argument(
-        "--steps", type=int, default=500, help="optimisation steps of the CLIP / DiffCLIP parts"
+        "--steps", type=int, default=300, help="optimisation steps of the CLIP / DiffCLIP parts"
     )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--learning-rate", type=float, default=2e-3)
