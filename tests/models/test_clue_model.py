@@ -5,27 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from clue_helpers import TINY_HEADS as HEADS
+from clue_helpers import TINY_RESNET, TINY_VIT
 from transformers import ResNetModel
 
 from hf_vrl.models.clue import CLUEConfig, CLUEModel, vlad
-
-TINY_RESNET = {
-    "model_type": "resnet",
-    "embedding_size": 8,
-    "hidden_sizes": [8, 16],
-    "depths": [1, 1],
-    "layer_type": "basic",
-}
-TINY_VIT = {
-    "model_type": "vit",
-    "image_size": 16,
-    "patch_size": 4,
-    "hidden_size": 16,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "intermediate_size": 32,
-}
-HEADS = {"projection_hidden_dim": 32, "projection_dim": 8, "predictor_hidden_dim": 16}
 
 
 def tiny(backbone: dict = TINY_RESNET, seed: int = 0, **overrides) -> CLUEModel:
