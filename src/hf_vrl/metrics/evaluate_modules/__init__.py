@@ -13,7 +13,7 @@ from typing import Any
 
 from hf_vrl.errors import UserError
 
-__all__ = ["EVALUATE_MODULES", "evaluate_module", "evaluate_module_path"]
+__all__ = ["EVALUATE_MODULES", "embedding_features", "evaluate_module", "evaluate_module_path"]
 
 EVALUATE_MODULES = ("clustering", "granularity", "mmvp", "rsa")
 
@@ -30,3 +30,13 @@ def evaluate_module(name: str, **load_kwargs: Any) -> Any:
     import evaluate
 
     return evaluate.load(evaluate_module_path(name), **load_kwargs)
+
+
+def embedding_features(references: str = "label") -> Any:
+    """The inputs of the embedding metrics: one embedding per row (`predictions`) and, per row, its class
+    (`references="label"`) or a second embedding (`references="embedding"`, RSA)."""
+    import datasets
+
+    embedding = datasets.Sequence(datasets.Value("float64"))
+    reference = embedding if references == "embedding" else datasets.Value("int64")
+    return datasets.Features({"predictions": embedding, "references": reference})

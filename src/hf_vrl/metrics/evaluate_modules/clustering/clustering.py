@@ -6,10 +6,10 @@ It computes with `hf_vrl.metrics.clustering_scores`, imported absolutely: evalua
 module cache.
 """
 
-import datasets
 import evaluate
 
 from hf_vrl.metrics import clustering_scores
+from hf_vrl.metrics.evaluate_modules import embedding_features
 
 _DESCRIPTION = """
 k-means with one cluster per class (or `n_clusters`) on the L2-normalised embeddings, then three scores of
@@ -54,12 +54,7 @@ class Clustering(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("float64")),
-                    "references": datasets.Value("int64"),
-                }
-            ),
+            features=embedding_features(),
         )
 
     def _compute(self, predictions, references, n_clusters=None, seed=0, n_init=10):

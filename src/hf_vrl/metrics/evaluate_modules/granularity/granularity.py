@@ -6,10 +6,10 @@ It computes with `hf_vrl.metrics` (`cdnv`, `ncc_accuracy`, `granularity_scores`)
 into its module cache, so the import is absolute.
 """
 
-import datasets
 import evaluate
 
 from hf_vrl.metrics import cdnv, granularity_scores, ncc_accuracy
+from hf_vrl.metrics.evaluate_modules import embedding_features
 
 _DESCRIPTION = """
 CDNV averages, over pairs of classes, the within-class variances divided by twice the squared distance of
@@ -50,12 +50,7 @@ class Granularity(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("float64")),
-                    "references": datasets.Value("int64"),
-                }
-            ),
+            features=embedding_features(),
         )
 
     def _compute(self, predictions, references, coarse_labels=None):

@@ -6,10 +6,10 @@ computes with `hf_vrl.metrics.rsa_score`; evaluate copies this file into its mod
 absolute.
 """
 
-import datasets
 import evaluate
 
 from hf_vrl.metrics import rsa_score
+from hf_vrl.metrics.evaluate_modules import embedding_features
 
 _DESCRIPTION = """
 The Pearson correlation between the upper triangles of two cosine-distance matrices: one over the model's
@@ -49,12 +49,7 @@ class RSA(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("float64")),
-                    "references": datasets.Sequence(datasets.Value("float64")),
-                }
-            ),
+            features=embedding_features("embedding"),
         )
 
     def _compute(self, predictions, references):
