@@ -1,5 +1,5 @@
-"""DiffCLIP and DCR saved with the installed transformers load as remote code, in a fresh interpreter without
-hf_vrl, on every transformers release users have, and give identical outputs.
+"""DiffCLIP, DCR and CLUE saved with the installed transformers load as remote code, in a fresh interpreter
+without hf_vrl, on every transformers release users have, and give identical outputs.
 
 Slow: each environment (transformers and its dependencies, from the package index, no Hub) is built once with
 `pip install --target` into ~/.cache/hf_vrl/transformers-compat/<version> (HF_VRL_COMPAT_CACHE to move it)
@@ -8,10 +8,12 @@ and reused; the child runs this torch with that folder first on PYTHONPATH.
 
 import pytest
 import torch
+from clue_helpers import TINY_HEADS, TINY_RESNET
 from remote_code import remote_load, transformers_environment
 from test_diffclip_reference import text_batch, tiny_config_kwargs
 
 from hf_vrl.methods.dcr.toy import tiny_clip
+from hf_vrl.models.clue import CLUEConfig, CLUEModel
 from hf_vrl.models.dcr import DCRModel
 from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
 
@@ -20,8 +22,9 @@ VERSIONS = ("4.57.6", "5.0.0", "5.17.0", "5.23.0")
 
 
 def saved_models(root):
-    """A DiffCLIP (DiffCLIP† text tower, DiffCLIP* vision schedule) and a DCR model saved with this
-    transformers, each with inputs and the outputs computed here."""
+    """A DiffCLIP (DiffCLIP† text tower, DiffCLIP* vision schedule), a DCR and a CLUE model (ResNet
+    backbone, parts, text head, momentum branch) saved with this transformers, each with inputs and the
+    outputs computed here."""
     torch.manual_seed(0)
     diffclip = DiffCLIPModel(
         DiffCLIPConfig(
@@ -39,8 +42,11 @@ def saved_models(root):
     dcr = DCRModel.from_clip(tiny_clip().eval(), condition_dim=16, num_condition_tokens=5).eval()
     dcr.set_null_text_embeds(torch.randn(1, 5, 16))
     dcr_inputs = {"pixel_values": torch.rand(2, 3, 16, 16)}
+    clue = CLUEModel(CLUEConfig(backbone_config=dict(TINY_RESNET), text_embed_dim=8, **TINY_HEADS)).eval()
+    clue_inputs = {"pixel_values": torch.rand(2, 3, 16, 16)}
     cases = {}
-    for name, model, inputs in (("diffclip", diffclip, diffclip_inputs), ("dcr", dcr, dcr_inputs)):
+    models = (("diffclip", diffclip, diffclip_inputs), ("dcr", dcr, dcr_inputs), ("clue", clue, clue_inputs))
+    for name, model, inputs in models:
         model.save_pretrained(root / name)
         with torch.no_grad():
             expected = {key: value for key, value in model(**inputs).items() if torch.is_tensor(value)}
