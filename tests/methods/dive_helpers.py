@@ -3,13 +3,12 @@ and the two-process gloo workers (started with torch.multiprocessing.spawn by th
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
+from _dist_worker import WORLD_SIZE, _init, _shutdown
 from safetensors.torch import save_file
 from transformers import TrainingArguments
 
@@ -21,7 +20,6 @@ from hf_vrl.methods.dive.trainer import DiVETrainer
 
 VOCAB, EOS, SEQ_LEN, IMAGE_SIZE = 100, 1, 6, 16
 TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-WORLD_SIZE = 2
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the key biases: softmax ignores
 # a shift of all keys) into +-lr updates; comparisons of weights across process layouts use plain SGD.
 SGD = {"optim": "sgd", "learning_rate": 0.05}
@@ -144,17 +142,6 @@ def global_batches() -> list[list[torch.Tensor]]:
 def local_rows(rank: int) -> slice:
     size = GLOBAL_BATCH // WORLD_SIZE
     return slice(rank * size, (rank + 1) * size)
-
-
-def _init(rank: int, port: int) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE)
-
-
-def _shutdown() -> None:
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def loss_worker(rank: int, port: int, out_dir: str) -> None:
