@@ -141,6 +141,13 @@ def steps(folder: Path) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*"))
 
 
+def kill_then_resume(argv: list[str], out: Path, kill: str) -> None:
+    """Kill the run at `kill` (only checkpoint-2 complete, no final/), then resume it to the end."""
+    killed(hf_vrl([*argv, "--output-dir", str(out)], kill=kill))
+    assert steps(out / "checkpoints/train") == [2] and not (out / "final").exists()
+    ok(hf_vrl([*argv, "--output-dir", str(out), "--resume"]))
+
+
 @pytest.fixture(scope="module")
 def diffclip_full(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("diffclip") / "full"
@@ -150,9 +157,7 @@ def diffclip_full(tmp_path_factory) -> Path:
 
 def test_diffclip_killed_during_training_resumes_exactly(diffclip_full, tmp_path):
     out = tmp_path / "run"
-    killed(hf_vrl([*DIFFCLIP, "--output-dir", str(out)], kill="step:train:3"))
-    assert steps(out / "checkpoints/train") == [2] and not (out / "final").exists()
-    ok(hf_vrl([*DIFFCLIP, "--output-dir", str(out), "--resume"]))
+    kill_then_resume(DIFFCLIP, out, "step:train:3")
     assert_identical(out / "final", diffclip_full / "final")
 
 
@@ -236,9 +241,7 @@ def test_dive_killed_resumes_exactly_with_its_average_vector_and_reference_posit
     dive_full, tmp_path, kill
 ):
     out = tmp_path / "run"
-    killed(hf_vrl([*DIVE, "--output-dir", str(out)], kill=kill))
-    assert steps(out / "checkpoints/train") == [2] and not (out / "final").exists()
-    ok(hf_vrl([*DIVE, "--output-dir", str(out), "--resume"]))
+    kill_then_resume(DIVE, out, kill)
     assert_identical(out / "final", dive_full / "final")
     state, full = (
         load_file(run / "checkpoints/train/checkpoint-6/extra_state.safetensors") for run in (out, dive_full)
@@ -256,17 +259,13 @@ def clue_full(tmp_path_factory) -> Path:
 def test_clue_killed_during_training_resumes_exactly_with_its_momentum_branch(clue_full, tmp_path):
     """The momentum branch (momentum_* weights, updated after every step) continues exactly too."""
     out = tmp_path / "run"
-    killed(hf_vrl([*CLUE, "--output-dir", str(out)], kill="step:train:3"))
-    assert steps(out / "checkpoints/train") == [2] and not (out / "final").exists()
-    ok(hf_vrl([*CLUE, "--output-dir", str(out), "--resume"]))
+    kill_then_resume(CLUE, out, "step:train:3")
     assert_identical(out / "final", clue_full / "final")
     assert any(key.startswith("momentum_backbone.") for key in weights(out / "final"))
 
 
 def test_clue_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(clue_full, tmp_path):
     out = tmp_path / "run"
-    killed(hf_vrl([*CLUE, "--output-dir", str(out)], kill="save:train:4"))
-    assert steps(out / "checkpoints/train") == [2]
-    ok(hf_vrl([*CLUE, "--output-dir", str(out), "--resume"]))
+    kill_then_resume(CLUE, out, "save:train:4")
     assert_identical(out / "final", clue_full / "final")
     assert steps(out / "checkpoints/train") == [6]  # clue-tiny keeps the newest checkpoint only
