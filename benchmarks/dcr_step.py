@@ -1,7 +1,8 @@
 """Time, memory and FLOP rate of one DCR training step (B^2 + B UNet passes), before and after the speed-ups.
 
 Variants, measured in the same run on the same weights and random draws (interleaved rounds; ratios use the
-fastest round of each variant, the least disturbed by other load; medians are recorded too):
+fastest round of each variant, the least disturbed by other load; medians are recorded too). All but the last
+two run the UNet as before this benchmark's levers: under the step's autocast, keeping what autograd keeps.
   plain               the baseline ("before"): every (latent, condition) pair a whole UNet pass, one call
   prefix              the UNet prefix before the first cross-attention once per latent (`reuse_prefix`)
   plain_chunks        before: UNet calls of `--chunk-size` pairs, each recomputed whole in backward
@@ -9,6 +10,8 @@ fastest round of each variant, the least disturbed by other load; medians are re
   prefix_pointwise    prefix reuse + recompute of norms / activations / element-wise ops only
   prefix_selective    prefix reuse + recompute of those and the linear layers (conv, attention kept)
   prefix_auto         prefix reuse + selective recompute, chunk size from the free CUDA memory (CUDA only)
+  own_dtype           prefix reuse, the UNet outside the step's autocast in its own dtype (unet_autocast off)
+  lean                own_dtype + the lean UNet (`lean_activations`): the run's default
   *_compiled          the same with `compile_unet` (`--compile`)
   algorithm1_loop     Algorithm 1's per-anchor loop, one UNet call per anchor (`--loop`)
 Every variant must give the same loss (checked, `losses_match`).
@@ -20,6 +23,9 @@ Every variant must give the same loss (checked, `losses_match`).
     python benchmarks/dcr_step.py --real-unet-flops
                                                    # the FLOPs of the real step's UNet grid per variant,
                                                    # counted on the meta device (no GPU, no compute)
+    python benchmarks/dcr_step.py --real-unet-memory
+                                                   # what one real UNet pass keeps for backward, per
+                                                   # precision / lean setting, on the CPU (a few minutes)
 
 Stage 2 (LoRA on the encoder) by default, the heavier stage; `--stage projector` for stage 1.
 Memory: on CUDA the peak allocated during the step (absolute, weights included, and the step's own part); on
@@ -41,6 +47,9 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map_only
 from torch.utils.flop_counter import FlopCounterMode
 
 from hf_vrl.methods.dcr.diffusion import FrozenDiffusion, sd_ddpm_scheduler
@@ -120,6 +129,10 @@ def build(real: bool, device: str, dtype: torch.dtype) -> tuple[DCRModel, dict]:
     return model, parts
 
 
+# the UNet as before the precision and lean levers: under the step's autocast, keeping what autograd keeps
+BEFORE = dict(unet_autocast=True, lean_activations=False)
+
+
 def variant_settings(chunk: int, device: str, compile_unet: bool, loop: bool) -> dict[str, dict]:
     """name -> FrozenDiffusion settings and the task's unet_chunk_size."""
     variants = {
@@ -132,11 +145,16 @@ def variant_settings(chunk: int, device: str, compile_unet: bool, loop: bool) ->
     }
     if device.startswith("cuda"):
         variants["prefix_auto"] = dict(reuse_prefix=True, gradient_checkpointing="selective", chunk="auto")
+    variants = {name: BEFORE | settings for name, settings in variants.items()}
+    variants["own_dtype"] = variants["prefix"] | dict(unet_autocast=False)
+    variants["lean"] = variants["own_dtype"] | dict(lean_activations=True)
     if compile_unet:
-        for name in ("prefix", "prefix_selective"):
+        for name in ("prefix", "prefix_selective", "lean"):
             variants[f"{name}_compiled"] = variants[name] | dict(compile_unet=True)
     if loop:
-        variants["algorithm1_loop"] = dict(reuse_prefix=True, gradient_checkpointing="none", chunk=None)
+        variants["algorithm1_loop"] = BEFORE | dict(
+            reuse_prefix=True, gradient_checkpointing="none", chunk=None
+        )
     return variants
 
 
@@ -223,13 +241,10 @@ def run(args: argparse.Namespace) -> dict:
     chunk = args.chunk_size or args.batch_size + 1
     steps, eager_twin = {}, {}
     for name, settings in variant_settings(chunk, device, args.compile, args.loop).items():
-        diffusion = FrozenDiffusion(
-            gradient_checkpointing=settings["gradient_checkpointing"],
-            reuse_prefix=settings["reuse_prefix"],
-            compile_unet=settings.get("compile_unet", False),
-            **parts,
-        )
-        task = DCRTask(model, diffusion, DCRTaskConfig(unet_chunk_size=settings["chunk"])).to(device).train()
+        settings = dict(settings)
+        task_config = DCRTaskConfig(unet_chunk_size=settings.pop("chunk"))
+        diffusion = FrozenDiffusion(**settings, **parts)
+        task = DCRTask(model, diffusion, task_config).to(device).train()
         steps[name] = make_step(task, name == "algorithm1_loop", args.autocast, device)
         eager_twin[name] = name.removesuffix("_compiled")
     times: dict[str, list[float]] = {name: [] for name in steps}
@@ -309,16 +324,12 @@ def real_unet_flops(batch_size: int) -> dict:
     timesteps = torch.zeros(batch_size, dtype=torch.long, device="meta")
     report = {}
     for name, settings in variant_settings(batch_size + 1, "cpu", False, False).items():
-        diffusion = FrozenDiffusion(
-            gradient_checkpointing=settings["gradient_checkpointing"],
-            reuse_prefix=settings["reuse_prefix"],
-            **parts,
-        ).to("meta")
+        settings = dict(settings)
+        chunk = settings.pop("chunk")
+        diffusion = FrozenDiffusion(**settings, **parts).to("meta")
         conditions = torch.randn(2 * batch_size, 77, 1024, device="meta", requires_grad=True)
         with FlopCounterMode(display=False) as counter:
-            out = diffusion.predict(
-                noisy, timesteps, conditions, latent_index, condition_index, settings["chunk"]
-            )
+            out = diffusion.predict(noisy, timesteps, conditions, latent_index, condition_index, chunk)
             forward = counter.get_total_flops()
             out.sum().backward()
         report[name] = {
@@ -334,6 +345,59 @@ def real_unet_flops(batch_size: int) -> dict:
     }
 
 
+class CudaAutocastNorms(TorchFunctionMode):
+    """On the CPU, CUDA autocast's policy for GroupNorm and LayerNorm (run in fp32 on fp32 copies of their
+    inputs), which CPU autocast does not follow; active only while autocast is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (F.group_norm, F.layer_norm) and torch.is_autocast_enabled("cpu"):
+            args, kwargs = tree_map_only(torch.Tensor, lambda t: t.float(), (args, kwargs))
+            with torch.autocast("cpu", enabled=False):
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def real_unet_memory() -> dict:
+    """Bytes one UNet pass of the real step keeps for backward (SD-2.1-base UNet at 28 x 28 latents, bf16,
+    cross-attention on a [77, 1024] condition), x (B^2 + B) for batch 16; CPU with its flash-attention
+    kernel (keeps what CUDA's keeps: q, k, v, output, log-sum-exp). `before`: the UNet under the step's bf16
+    autocast with CUDA's fp32 norms; `own_dtype`: outside the autocast; `lean`: + `lean_activations`."""
+    from diffusers import UNet2DConditionModel
+
+    with torch.device("meta"):
+        unet = UNet2DConditionModel(**SD21_UNET)
+    unet = unet.to_empty(device="cpu").to(torch.bfloat16)
+    generator = torch.Generator().manual_seed(0)
+    for tensor in unet.parameters():  # random weights; only the shapes matter here
+        tensor.data.normal_(0.0, 0.02, generator=generator)
+    null = torch.zeros(1, 77, 1024)
+    noisy, timesteps = torch.randn(1, 4, 28, 28, generator=generator), torch.tensor([500])
+    passes = 16**2 + 16
+    report = {}
+    variants = {
+        "before": BEFORE,
+        "own_dtype": BEFORE | dict(unet_autocast=False),
+        "lean": dict(unet_autocast=False, lean_activations=True),
+    }
+    for name, settings in variants.items():
+        diffusion = FrozenDiffusion(
+            unet, torch.nn.Conv2d(1, 1, 1), sd_ddpm_scheduler(), null, torch.bfloat16, **settings
+        )
+        condition = torch.randn(1, 77, 1024, generator=generator, requires_grad=True)
+        with torch.autocast("cpu", torch.bfloat16), CudaAutocastNorms(), LiveMemory() as live:
+            out = diffusion.predict(noisy, timesteps, condition)
+            kept = live.live - out.untyped_storage().nbytes()
+        report[name] = {"kept_mb_per_pass": kept / 1e6, "kept_gib_per_step": kept * passes / 2**30}
+    base = report["before"]["kept_mb_per_pass"]
+    for r in report.values():
+        r["vs_before"] = r["kept_mb_per_pass"] / base
+    return {
+        "setup": {"batch_size": 16, "unet_passes": passes, "torch": torch.__version__},
+        "unet_pass": report,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -341,6 +405,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument(
         "--real-unet-flops", action="store_true", help="count the real UNet grid's FLOPs on the meta device"
+    )
+    parser.add_argument(
+        "--real-unet-memory", action="store_true", help="what one real UNet pass keeps, per setting (CPU)"
     )
     parser.add_argument("--batch-size", type=int, default=None, help="images per step (mid 8, real 16)")
     parser.add_argument("--chunk-size", type=int, default=None, help="UNet pairs per recomputed call (B+1)")
@@ -364,6 +431,17 @@ def main(argv: list[str] | None = None) -> dict:
         output.write_text(json.dumps(report, indent=2) + "\n")
         for name, r in report["unet_grid"].items():
             print(f"{name:<18} {r['forward_backward_tflop']:7.2f} TFLOP  x{r['vs_plain']:5.3f}")
+        print(f"written to {output}")
+        return report
+    if args.real_unet_memory:
+        report = real_unet_memory()
+        output = args.output.with_name("dcr_step_real_unet_memory.json")
+        output.write_text(json.dumps(report, indent=2) + "\n")
+        for name, r in report["unet_pass"].items():
+            print(
+                f"{name:<10} {r['kept_mb_per_pass']:7.1f} MB a pass  "
+                f"{r['kept_gib_per_step']:6.2f} GiB a step  x{r['vs_before']:5.3f}"
+            )
         print(f"written to {output}")
         return report
     report = run(args)

@@ -113,33 +113,34 @@ def test_chunked_and_recomputed_passes_are_exact(diffusion, mode, reuse_prefix):
     torch.testing.assert_close(grad, grad_full)
 
 
-def test_recompute_modes_trade_memory_for_flops(diffusion):
+def test_recompute_modes_trade_memory_for_flops(pipeline_dir):
     """Kept bytes fall and recomputed FLOPs rise from none to pointwise to selective to chunks; pointwise
-    recomputes no FLOP-counted op, selective the linear layers only, chunks everything."""
+    recomputes no FLOP-counted op, selective the linear layers only, chunks everything. The lean UNet keeps
+    less than none at none's FLOPs (its recompute is norms and activations)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from hf_vrl.methods.dcr.memory import measure_pair_memory
 
+    diffusion = load_diffusion(pipeline_dir, dtype="float32", lean_activations=False)
     noisy, t, conditions, latent_index, condition_index = _grid()
     kept, executed = {}, {}
-    for mode in ("none", "pointwise", "selective", "chunks"):
+    variants = {mode: dict(gradient_checkpointing=mode) for mode in ("pointwise", "selective", "chunks")}
+    variants |= {"none": dict(lean_activations=False), "lean": dict(lean_activations=True)}
+    for name, settings in variants.items():
         other = FrozenDiffusion(
-            diffusion.unet,
-            diffusion.vae,
-            diffusion.scheduler,
-            diffusion.null_text_embeds,
-            gradient_checkpointing=mode,
+            diffusion.unet, diffusion.vae, diffusion.scheduler, diffusion.null_text_embeds, **settings
         )
 
         def run(cond, other=other):
             return other.predict(noisy, t, cond, latent_index, condition_index)
 
-        kept[mode], _ = measure_pair_memory(run, conditions)
+        kept[name], _ = measure_pair_memory(run, conditions)
         with FlopCounterMode(display=False) as counter:
             run(conditions.detach().requires_grad_()).sum().backward()
-        executed[mode] = counter.get_total_flops()
+        executed[name] = counter.get_total_flops()
     assert kept["none"] > kept["pointwise"] > kept["selective"] > kept["chunks"]
     assert executed["none"] == executed["pointwise"] < executed["selective"] < executed["chunks"]
+    assert kept["lean"] < 0.85 * kept["none"] and executed["lean"] == executed["none"]
 
 
 def test_predict_follows_the_unet_device(diffusion, device):
@@ -227,9 +228,11 @@ def test_block_checkpointing_and_bad_options(pipeline_dir):
 
 
 @pytest.mark.slow
-def test_compiled_unet_is_exact(diffusion):
-    """compile_unet with selective recompute (a checkpoint policy inside the compiled region) gives the eager
-    predictions and condition gradients. Slow: inductor compiles the UNet's forward and backward."""
+@pytest.mark.parametrize("mode", ["none", "selective"])
+def test_compiled_unet_is_exact(diffusion, mode):
+    """compile_unet gives the eager predictions and condition gradients, on the lean UNet (custom autograd
+    functions and checkpoints inside the compiled region) and with selective recompute (a checkpoint policy
+    there). Slow: inductor compiles the UNet's forward and backward."""
     noisy, t, conditions, latent_index, condition_index = _grid()
     eager = diffusion.predict(noisy, t, conditions, latent_index, condition_index)
     (grad_eager,) = torch.autograd.grad(eager.sum(), conditions)
@@ -238,7 +241,7 @@ def test_compiled_unet_is_exact(diffusion):
         diffusion.vae,
         diffusion.scheduler,
         diffusion.null_text_embeds,
-        gradient_checkpointing="selective",
+        gradient_checkpointing=mode,
         compile_unet=True,
     )
     out = compiled.predict(noisy, t, conditions, latent_index, condition_index)

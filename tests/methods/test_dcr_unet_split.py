@@ -6,43 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from dcr_helpers import UNET_COMMON as COMMON
+from dcr_helpers import UNET_LAYOUTS as LAYOUTS
+from dcr_helpers import tiny_unet as _unet
 from diffusers import UNet2DConditionModel
 
 from hf_vrl.methods.dcr.unet_split import SplitUNet
-
-COMMON = dict(sample_size=8, in_channels=4, out_channels=4, cross_attention_dim=12, norm_num_groups=4)
-LAYOUTS = {
-    # SD-1.x: cross-attention in the first three levels, conv proj_in/proj_out, one head width everywhere
-    "sd1": dict(
-        block_out_channels=(8, 16, 16),
-        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-        attention_head_dim=4,
-        layers_per_block=2,
-    ),
-    # SD-2.x: linear proj_in/proj_out, head widths per level
-    "sd2": dict(
-        block_out_channels=(8, 16, 16),
-        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-        attention_head_dim=(2, 4, 4),
-        use_linear_projection=True,
-        layers_per_block=2,
-    ),
-    # hf_vrl's tiny_diffusion: a plain down block before the first cross-attention
-    "toy": dict(
-        block_out_channels=(8, 16),
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        attention_head_dim=4,
-        layers_per_block=1,
-    ),
-}
-
-
-def _unet(layout: str) -> UNet2DConditionModel:
-    torch.manual_seed(0)
-    return UNet2DConditionModel(**COMMON, **LAYOUTS[layout]).eval().requires_grad_(False)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

@@ -8,6 +8,7 @@ such as `Manojb/stable-diffusion-2-1-base` (the one the official README names) o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from functools import partial
@@ -23,6 +24,7 @@ from torch.utils.checkpoint import (
 )
 
 from hf_vrl.devices import module_device, module_dtype
+from hf_vrl.methods.dcr.lean_unet import lean_unet
 from hf_vrl.methods.dcr.memory import choose_chunk_size, free_memory, measure_pair_memory
 from hf_vrl.methods.dcr.unet_split import SplitUNet
 
@@ -73,6 +75,14 @@ class FrozenDiffusion(nn.Module):
     reuse_prefix: run the UNet up to its first cross-attention once per noisy latent and continue from there
         for each of its conditions (`unet_split.SplitUNet`); UNets it cannot split run whole passes.
     compile_unet: `torch.compile` the per-chunk UNet work (and the prefix).
+    unet_autocast: let a surrounding autocast (the Trainer's bf16/fp16) reach into the UNet. Off by default:
+        the UNet runs in its own `dtype`, as SD pipelines run it. On CUDA, autocast runs GroupNorm and
+        LayerNorm in fp32 on fp32 copies of their inputs, and the backward pass keeps those copies and the
+        fp32 SiLU inputs after them: 1.34x what the bf16 UNet keeps at SD-2.1 size (benchmarks/dcr_step.py
+        --real-unet-memory).
+    lean_activations: keep only what the backward pass to the condition needs (`lean_unet`: no convolution
+        inputs, norm + SiLU and GEGLU's gelu recomputed; bit-identical results, no extra matmul FLOPs).
+        Applies outside autocast and with gradient_checkpointing none, blocks or chunks.
     gradient_checkpointing: what the backward pass recomputes instead of keeping, from most kept to least.
         "none"; "pointwise" (each UNet call's norms, activations and element-wise ops; the outputs of
         convolutions, linear layers and attention are kept: no extra FLOPs); "selective" (the linear layers
@@ -90,6 +100,8 @@ class FrozenDiffusion(nn.Module):
         gradient_checkpointing: str = "none",
         reuse_prefix: bool = True,
         compile_unet: bool = False,
+        unet_autocast: bool = False,
+        lean_activations: bool = True,
     ):
         super().__init__()
         if gradient_checkpointing not in CHECKPOINTING_MODES:
@@ -98,11 +110,14 @@ class FrozenDiffusion(nn.Module):
             )
         dtype = resolve_dtype(dtype)
         self.unet = _cast(unet, dtype).requires_grad_(False).eval()
+        if lean_activations and gradient_checkpointing not in _KEPT_OUTPUTS:
+            self.unet = lean_unet(self.unet)
         self.vae = _cast(vae, dtype).requires_grad_(False).eval()
         self.scheduler = scheduler
         self.gradient_checkpointing = gradient_checkpointing
         if gradient_checkpointing == "blocks":
             self.unet.enable_gradient_checkpointing()
+        self.unet_autocast = unet_autocast
         alphas_cumprod = scheduler.alphas_cumprod.detach().clone().float()
         self.register_buffer("alphas_cumprod", alphas_cumprod, persistent=False)
         self.register_buffer("null_text_embeds", null_text_embeds.detach().float().clone(), persistent=False)
@@ -217,27 +232,35 @@ class FrozenDiffusion(nn.Module):
         latent_index, condition_index = latent_index.to(device), condition_index.to(device)
         if latent_index.shape != condition_index.shape:
             raise ValueError("latent_index and condition_index must have the same length")
-        prefix = None
-        if self.split is not None:
-            with torch.no_grad():
-                prefix = self._prefix(noisy, timesteps)
-        total = len(latent_index)
-        size = self.resolve_chunk_size(
-            chunk_size, prefix, noisy, timesteps, conditions, latent_index, condition_index
-        )
-        size = size or total
-        outputs = [
-            self._run(
-                prefix,
-                noisy,
-                timesteps,
-                conditions,
-                latent_index[start : start + size],
-                condition_index[start : start + size],
+        with self._precision():
+            prefix = None
+            if self.split is not None:
+                with torch.no_grad():
+                    prefix = self._prefix(noisy, timesteps)
+            total = len(latent_index)
+            size = self.resolve_chunk_size(
+                chunk_size, prefix, noisy, timesteps, conditions, latent_index, condition_index
             )
-            for start in range(0, total, size)
-        ]
+            size = size or total
+            outputs = [
+                self._run(
+                    prefix,
+                    noisy,
+                    timesteps,
+                    conditions,
+                    latent_index[start : start + size],
+                    condition_index[start : start + size],
+                )
+                for start in range(0, total, size)
+            ]
         return torch.cat(outputs).float()
+
+    def _precision(self) -> contextlib.AbstractContextManager:
+        """The UNet in its own dtype: any surrounding autocast off (unless `unet_autocast`)."""
+        device_type = self.device.type
+        if self.unet_autocast or not torch.amp.is_autocast_available(device_type):
+            return contextlib.nullcontext()
+        return torch.autocast(device_type, enabled=False)
 
     def _pairs(self, prefix, noisy, timesteps, conditions, latent_index, condition_index) -> torch.Tensor:
         """One UNet call over the pairs: from the shared prefix when there is one, else whole passes."""
@@ -348,6 +371,8 @@ def load_diffusion(
     empty_prompt_mask: bool = True,
     reuse_prefix: bool = True,
     compile_unet: bool = False,
+    unet_autocast: bool = False,
+    lean_activations: bool = True,
 ) -> FrozenDiffusion:
     """Load a frozen SD-1.x/2.x pipeline (Hub id or local dir) for DCR.
 
@@ -355,7 +380,8 @@ def load_diffusion(
     DDPM scheduler is built from the pipeline's `scheduler/` config (betas and `prediction_type`), falling
     back to SD's standard schedule when the folder has none. The text encoder is used once for the empty
     prompt (`empty_prompt_embedding`, with its attention mask unless `empty_prompt_mask=False`), then dropped.
-    `gradient_checkpointing`, `reuse_prefix`, `compile_unet`: see `FrozenDiffusion`.
+    `gradient_checkpointing`, `reuse_prefix`, `compile_unet`, `unet_autocast`, `lean_activations`: see
+    `FrozenDiffusion`.
     """
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
 
@@ -370,7 +396,16 @@ def load_diffusion(
         scheduler = sd_ddpm_scheduler()
     null = empty_prompt_embedding(pretrained, device, attention_mask=empty_prompt_mask)
     diffusion = FrozenDiffusion(
-        unet, vae, scheduler, null, dtype, gradient_checkpointing, reuse_prefix, compile_unet
+        unet,
+        vae,
+        scheduler,
+        null,
+        dtype,
+        gradient_checkpointing,
+        reuse_prefix,
+        compile_unet,
+        unet_autocast,
+        lean_activations,
     )
     return diffusion.to(device)
 

@@ -93,6 +93,17 @@ class DCRSettings:
         True, "run the UNet's condition-independent prefix once per latent, not once per condition (exact)"
     )
     compile_unet: bool = setting(False, "torch.compile the frozen UNet (worth it on a GPU)", identity=False)
+    lean_activations: bool = setting(
+        True,
+        "keep only what the backward pass to the condition needs (no convolution inputs; norm+SiLU and "
+        "GEGLU recomputed): bit-identical, less memory",
+        identity=False,
+    )
+    unet_autocast: bool = setting(
+        False,
+        "let the run's bf16/fp16 autocast reach into the frozen UNet (CUDA then runs its norms in fp32 and "
+        "keeps fp32 activations); off: the UNet runs in diffusion_dtype",
+    )
     empty_prompt_mask: bool = setting(
         True, "encode the empty prompt with its attention mask (official code; SD pipelines pass none)"
     )
@@ -223,6 +234,8 @@ class DCRMethod(Method):
             empty_prompt_mask=dcr.empty_prompt_mask,
             reuse_prefix=dcr.reuse_prefix,
             compile_unet=dcr.compile_unet,
+            unet_autocast=dcr.unet_autocast,
+            lean_activations=dcr.lean_activations,
         )
         self._evaluation = None
 
