@@ -12,6 +12,7 @@ two run the UNet as before this benchmark's levers: under the step's autocast, k
   prefix_auto         prefix reuse + selective recompute, chunk size from the free CUDA memory (CUDA only)
   own_dtype           prefix reuse, the UNet outside the step's autocast in its own dtype (unet_autocast off)
   lean                own_dtype + the lean UNet (`lean_activations`): the run's default
+  lean_feedforward    lean + each GEGLU projection recomputed (`gradient_checkpointing="feedforward"`)
   *_compiled          the same with `compile_unet` (`--compile`)
   algorithm1_loop     Algorithm 1's per-anchor loop, one UNet call per anchor (`--loop`)
 Every variant must give the same loss (checked, `losses_match`).
@@ -148,6 +149,7 @@ def variant_settings(chunk: int, device: str, compile_unet: bool, loop: bool) ->
     variants = {name: BEFORE | settings for name, settings in variants.items()}
     variants["own_dtype"] = variants["prefix"] | dict(unet_autocast=False)
     variants["lean"] = variants["own_dtype"] | dict(lean_activations=True)
+    variants["lean_feedforward"] = variants["lean"] | dict(gradient_checkpointing="feedforward")
     if compile_unet:
         for name in ("prefix", "prefix_selective", "lean"):
             variants[f"{name}_compiled"] = variants[name] | dict(compile_unet=True)
@@ -362,7 +364,8 @@ def real_unet_memory() -> dict:
     """Bytes one UNet pass of the real step keeps for backward (SD-2.1-base UNet at 28 x 28 latents, bf16,
     cross-attention on a [77, 1024] condition), x (B^2 + B) for batch 16; CPU with its flash-attention
     kernel (keeps what CUDA's keeps: q, k, v, output, log-sum-exp). `before`: the UNet under the step's bf16
-    autocast with CUDA's fp32 norms; `own_dtype`: outside the autocast; `lean`: + `lean_activations`."""
+    autocast with CUDA's fp32 norms; `own_dtype`: outside the autocast; `lean`: + `lean_activations`;
+    `lean_feedforward`: + the GEGLU projections recomputed."""
     from diffusers import UNet2DConditionModel
 
     with torch.device("meta"):
@@ -379,6 +382,7 @@ def real_unet_memory() -> dict:
         "before": BEFORE,
         "own_dtype": BEFORE | dict(unet_autocast=False),
         "lean": dict(unet_autocast=False, lean_activations=True),
+        "lean_feedforward": dict(unet_autocast=False, gradient_checkpointing="feedforward"),
     }
     for name, settings in variants.items():
         diffusion = FrozenDiffusion(
@@ -439,7 +443,7 @@ def main(argv: list[str] | None = None) -> dict:
         output.write_text(json.dumps(report, indent=2) + "\n")
         for name, r in report["unet_pass"].items():
             print(
-                f"{name:<10} {r['kept_mb_per_pass']:7.1f} MB a pass  "
+                f"{name:<16} {r['kept_mb_per_pass']:7.1f} MB a pass  "
                 f"{r['kept_gib_per_step']:6.2f} GiB a step  x{r['vs_before']:5.3f}"
             )
         print(f"written to {output}")

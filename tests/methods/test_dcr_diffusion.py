@@ -92,7 +92,7 @@ def test_pair_predictions_match_the_unet(diffusion):
 
 
 @pytest.mark.parametrize("reuse_prefix", [True, False])
-@pytest.mark.parametrize("mode", ["none", "pointwise", "selective", "chunks"])
+@pytest.mark.parametrize("mode", ["none", "feedforward", "pointwise", "selective", "chunks"])
 def test_chunked_and_recomputed_passes_are_exact(diffusion, mode, reuse_prefix):
     noisy, t, conditions, latent_index, condition_index = _grid()
     full = diffusion.predict(noisy, t, conditions, latent_index, condition_index)
@@ -116,7 +116,8 @@ def test_chunked_and_recomputed_passes_are_exact(diffusion, mode, reuse_prefix):
 def test_recompute_modes_trade_memory_for_flops(pipeline_dir):
     """Kept bytes fall and recomputed FLOPs rise from none to pointwise to selective to chunks; pointwise
     recomputes no FLOP-counted op, selective the linear layers only, chunks everything. The lean UNet keeps
-    less than none at none's FLOPs (its recompute is norms and activations)."""
+    less than none at none's FLOPs (its recompute is norms and activations); feedforward less again, for the
+    feed-forward projections' FLOPs."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from hf_vrl.methods.dcr.memory import measure_pair_memory
@@ -124,7 +125,8 @@ def test_recompute_modes_trade_memory_for_flops(pipeline_dir):
     diffusion = load_diffusion(pipeline_dir, dtype="float32", lean_activations=False)
     noisy, t, conditions, latent_index, condition_index = _grid()
     kept, executed = {}, {}
-    variants = {mode: dict(gradient_checkpointing=mode) for mode in ("pointwise", "selective", "chunks")}
+    modes = ("feedforward", "pointwise", "selective", "chunks")
+    variants = {mode: dict(gradient_checkpointing=mode) for mode in modes}
     variants |= {"none": dict(lean_activations=False), "lean": dict(lean_activations=True)}
     for name, settings in variants.items():
         other = FrozenDiffusion(
@@ -141,6 +143,7 @@ def test_recompute_modes_trade_memory_for_flops(pipeline_dir):
     assert kept["none"] > kept["pointwise"] > kept["selective"] > kept["chunks"]
     assert executed["none"] == executed["pointwise"] < executed["selective"] < executed["chunks"]
     assert kept["lean"] < 0.85 * kept["none"] and executed["lean"] == executed["none"]
+    assert kept["feedforward"] < kept["lean"] and executed["lean"] < executed["feedforward"]
 
 
 def test_predict_follows_the_unet_device(diffusion, device):

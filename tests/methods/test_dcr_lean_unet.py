@@ -33,9 +33,10 @@ def _forward_backward(unet, noisy, timesteps, conditions, weights):
 
 @pytest.mark.parametrize("layout", sorted(UNET_LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_lean_unet_is_the_unet_with_less_kept(layout, dtype, device):
+@pytest.mark.parametrize("recompute_feedforward", [False, True])
+def test_lean_unet_is_the_unet_with_less_kept(layout, dtype, recompute_feedforward, device):
     plain = tiny_unet(layout).to(device, dtype)
-    lean = lean_unet(plain)
+    lean = lean_unet(plain, recompute_feedforward)
     assert any(isinstance(m, LeanConv2d) for m in lean.modules())
     assert not any(isinstance(m, LeanConv2d) for m in plain.modules())  # a copy sharing the weights
     assert lean.conv_in.weight is plain.conv_in.weight

@@ -96,7 +96,7 @@ def choose_chunk_size(
         need = (num_pairs * kept_per_pair + transient_per_pair) / 2**30
         raise UserError(
             f"the {num_pairs} UNet passes of a step need {need:.1f} GiB even one call at a time, "
-            f"{budget / 2**30:.1f} GiB are free: use gradient_checkpointing 'selective' or 'chunks', "
+            f"{budget / 2**30:.1f} GiB are free: use gradient_checkpointing 'feedforward' or 'chunks', "
             "or fewer images per step (batch size, num_negatives)"
         )
     chunk = min(num_pairs, int(room // max(transient_per_pair, 1)))

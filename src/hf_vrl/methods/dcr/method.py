@@ -84,10 +84,13 @@ class DCRSettings:
     diffusion_dtype: Literal["bfloat16", "float16", "float32"] = setting(
         "float32", "dtype of the frozen UNet / VAE"
     )
-    gradient_checkpointing: Literal["none", "blocks", "pointwise", "selective", "chunks"] = setting(
-        "none",
-        "UNet activation recompute in backward: none; per diffusers block; pointwise ops only; selective "
-        "(matmuls kept, the rest recomputed); whole UNet chunks",
+    gradient_checkpointing: Literal["none", "blocks", "feedforward", "pointwise", "selective", "chunks"] = (
+        setting(
+            "none",
+            "UNet activation recompute in backward: none; per diffusers block; feedforward (the lean UNet "
+            "+ each GEGLU projection); pointwise ops only; selective (matmuls kept, the rest recomputed); "
+            "whole UNet chunks",
+        )
     )
     reuse_prefix: bool = setting(
         True, "run the UNet's condition-independent prefix once per latent, not once per condition (exact)"
