@@ -98,6 +98,26 @@ def test_a_projector_only_run_keeps_the_dcr_model(inputs, tmp_path):
     assert list(report["train"]["stages"]) == ["end_to_end"]
 
 
+@pytest.mark.parametrize("lean, autocast", [(True, False), (False, True)])
+def test_unet_memory_settings_reach_the_frozen_diffusion(inputs, tmp_path, monkeypatch, lean, autocast):
+    """--lean-activations / --unet-autocast reach the run's FrozenDiffusion (the real one, recorded)."""
+    from hf_vrl.methods.dcr import diffusion as diffusion_module
+    from hf_vrl.methods.dcr.lean_unet import LeanConv2d
+
+    built, load = [], diffusion_module.load_diffusion
+
+    def recorded(*args, **kwargs):
+        built.append(load(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(diffusion_module, "load_diffusion", recorded)
+    settings = dict(stage="1", stage1_steps=1, eval_before=False, eval_after=False)
+    run(inputs, tmp_path / "run", lean_activations=lean, unet_autocast=autocast, **settings)
+    (diffusion,) = built
+    assert diffusion.unet_autocast is autocast
+    assert any(isinstance(m, LeanConv2d) for m in diffusion.unet.modules()) is lean
+
+
 def test_stage2_needs_a_finished_stage1(inputs, tmp_path):
     with pytest.raises(UserError, match="whose stage 1 is finished"):
         run(inputs, tmp_path / "empty", stage="2", eval_before=False)
