@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -72,15 +74,21 @@ class LeanConv2d(nn.Conv2d):
         )
 
 
+def _recomputed(function: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, *frozen) -> torch.Tensor:
+    """function(x) keeping only x for backward, where the lean path applies: `function` (element-wise work,
+    or a layer with the `frozen` parameters) is recomputed in backward."""
+    if not _lean(x, *frozen):
+        return function(x)
+    return checkpoint(function, x, use_reentrant=False)
+
+
 def _norm_silu(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return F.silu(norm(x))
 
 
 def norm_silu(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """silu(norm(x)) keeping only x: the norm and the activation are recomputed in backward."""
-    if not _lean(x, norm.weight, norm.bias):
-        return _norm_silu(norm, x)
-    return checkpoint(_norm_silu, norm, x, use_reentrant=False)
+    return _recomputed(partial(_norm_silu, norm), x, norm.weight, norm.bias)
 
 
 def _lean_resnet_forward(
@@ -111,12 +119,11 @@ def _projected_geglu(proj: nn.Module, hidden_states: torch.Tensor) -> torch.Tens
 def _lean_geglu_forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     """diffusers' `GEGLU.forward` keeping only the projection output (gelu(gate) recomputed in backward), or
     with `recompute_projection` only its input (the projection recomputed too)."""
-    if self.recompute_projection and _lean(hidden_states, self.proj.weight, self.proj.bias):
-        return checkpoint(_projected_geglu, self.proj, hidden_states, use_reentrant=False)
-    hidden = self.proj(hidden_states)
-    if not _lean(hidden, self.proj.weight, self.proj.bias):
-        return _geglu(hidden)
-    return checkpoint(_geglu, hidden, use_reentrant=False)
+    if self.recompute_projection:
+        return _recomputed(
+            partial(_projected_geglu, self.proj), hidden_states, self.proj.weight, self.proj.bias
+        )
+    return _recomputed(_geglu, self.proj(hidden_states))
 
 
 def _leanable_resnet(module: nn.Module) -> bool:
