@@ -30,19 +30,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
-import re
-import resource
-import subprocess
-import sys
 import tempfile
-import time
-from pathlib import Path
 
 import torch
+from clip_steps import (
+    RESULTS,
+    add_common_arguments,
+    build_model,
+    clock,
+    device_name,
+    peak_memory,
+    resolve_common,
+    run_in_process,
+    stack,
+    start_memory,
+    summarise,
+    tensor_rows,
+    write_report,
+)
 
-RESULTS = Path(__file__).parent / "results"
 BASELINE = "flyp"
 VARIANTS = {
     "flyp": dict(objective="flyp"),
@@ -52,59 +58,6 @@ VARIANTS = {
     "dive_bf16_frozen": dict(frozen_dtype="bfloat16"),
     "dive_cache_quarter": dict(frozen_embeddings="cache", quarter=True),
 }
-# OpenAI CLIP ViT-B/16 (openai/clip-vit-base-patch16) and a tiny CLIP for the CPU
-VIT_B16 = dict(
-    projection_dim=512,
-    vision_config=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                       image_size=224, patch_size=16),
-    text_config=dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8,
-                     max_position_embeddings=77, vocab_size=49408),
-)  # fmt: skip
-TINY = dict(
-    projection_dim=64,
-    vision_config=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                       image_size=32, patch_size=4),
-    text_config=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                     max_position_embeddings=32, vocab_size=1000),
-)  # fmt: skip
-
-
-def build_model(real: bool, seed: int = 0):
-    from transformers import CLIPConfig, CLIPModel
-
-    sizes = VIT_B16 if real else TINY
-    text = sizes["text_config"] | dict(bos_token_id=0, eos_token_id=1, pad_token_id=2)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return CLIPModel(CLIPConfig(**(sizes | {"text_config": text})))
-
-
-def tensor_rows(n: int, real: bool, seed: int, text_length: int) -> list[dict[str, torch.Tensor]]:
-    """Pre-collated rows (data loading is the same for every variant and not what is measured)."""
-    sizes = VIT_B16 if real else TINY
-    image, vocab = sizes["vision_config"]["image_size"], sizes["text_config"]["vocab_size"]
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (n, text_length), generator=gen)
-    ids[:, -1] = 1  # eos
-    pixels = torch.randn(n, 3, image, image, generator=gen)
-    mask = torch.ones(text_length, dtype=torch.long)
-    return [{"pixel_values": pixels[i], "input_ids": ids[i], "attention_mask": mask} for i in range(n)]
-
-
-def stack(rows):
-    return {key: torch.stack([row[key] for row in rows]) for key in rows[0]}
-
-
-def _status(key: str) -> int:
-    return int(re.search(rf"{key}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
-
-
-def _clock(device: str) -> float:
-    """Wall clock after a CUDA synchronisation; user CPU time of this process on the CPU."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        return time.perf_counter()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_utime
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -126,11 +79,7 @@ def worker(args: argparse.Namespace) -> dict:
     warmup = math.ceil(reference_size / reference_batch) + 1
     target = tensor_rows(args.batch_size * (warmup + args.steps), args.real, 1, args.text_length)
     reference = tensor_rows(reference_size, args.real, 2, args.text_length)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        base = _status("VmRSS")
-        Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident size
+    base = start_memory(device)
     model = build_model(args.real).to(device)
     training_args = TrainingArguments(
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.batch_size, learning_rate=1e-5,
@@ -146,13 +95,13 @@ def worker(args: argparse.Namespace) -> dict:
     seconds = []
     for step in range(warmup + args.steps):
         batch = stack(target[step * args.batch_size : (step + 1) * args.batch_size])
-        start = _clock(device)
+        start = clock(device)
         trainer.training_step(trainer.model, batch)
         trainer.optimizer.step()
         trainer.optimizer.zero_grad(set_to_none=True)
         if step >= warmup:
-            seconds.append(_clock(device) - start)
-    peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else _status("VmHWM") - base
+            seconds.append(clock(device) - start)
+    peak = peak_memory(device, base)
     cached = trainer.frozen.cached if trainer.frozen is not None else 0
     return {
         "seconds": seconds,
@@ -164,26 +113,11 @@ def worker(args: argparse.Namespace) -> dict:
 
 def run_variant(name: str, args: argparse.Namespace) -> dict:
     """`worker` in a fresh process (its peak memory is its own)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        command = [sys.executable, __file__, "--worker", name, "--worker-output", str(out)]
-        command += [
-            "--batch-size",
-            str(args.batch_size),
-            "--steps",
-            str(args.steps),
-            "--threads",
-            str(args.threads),
-        ]
-        command += ["--device", args.device, "--text-length", str(args.text_length)] + (
-            ["--real"] if args.real else []
-        )
-        env = os.environ | {"MALLOC_MMAP_THRESHOLD_": "65536"}
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            oom = "out of memory" in done.stderr.lower()
-            return {"error": "out of memory" if oom else done.stderr[-2000:]}
-        return json.loads(out.read_text())
+    argv = ["--batch-size", str(args.batch_size), "--steps", str(args.steps), "--threads", str(args.threads)]
+    argv += ["--device", args.device, "--text-length", str(args.text_length)] + (
+        ["--real"] if args.real else []
+    )
+    return run_in_process(__file__, name, argv)
 
 
 @torch.no_grad()
@@ -210,25 +144,8 @@ def run(args: argparse.Namespace) -> dict:
         for name in VARIANTS:
             runs[name].append(run_variant(name, args))
             print(f"  {name}: {runs[name][-1].get('error') or min(runs[name][-1]['seconds']):.4}", flush=True)
-    results = {}
-    for name, measured in runs.items():
-        good = [m for m in measured if "error" not in m]
-        if not good:
-            results[name] = {"error": measured[0]["error"]}
-            continue
-        seconds = [s for m in good for s in m["seconds"]]
-        results[name] = {
-            "seconds_min": min(seconds),
-            "seconds_median": sorted(seconds)[len(seconds) // 2],
-            "memory_mb": max(m["memory_bytes"] for m in good) / 2**20,
-            "reference_batch_size": good[0]["reference_batch_size"],
-        }
-    base = results[BASELINE]
-    for r in results.values():
-        if "error" not in r:
-            r["time_vs_flyp"] = r["seconds_min"] / base["seconds_min"]
-            r["memory_vs_flyp"] = r["memory_mb"] / base["memory_mb"]
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
+    results = summarise(runs, BASELINE, keep=("reference_batch_size",))
+    device = device_name(args.device)
     return {
         "setup": {
             "model": "CLIP ViT-B/16 (random weights), bf16 autocast"
@@ -256,25 +173,18 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--batch-size", type=int, default=None, help="B (tiny 64, real 512); B' = B or B/4")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per variant (tiny 5, real 5)")
     parser.add_argument("--rounds", type=int, default=None, help="runs of every variant (tiny 2, real 1)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--text-length", type=int, default=None, help="caption tokens (tiny 16, real 77)")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--output", type=Path, default=None)
-    parser.add_argument("--worker", choices=list(VARIANTS), help=argparse.SUPPRESS)
-    parser.add_argument("--worker-output", type=Path, help=argparse.SUPPRESS)
+    add_common_arguments(parser, VARIANTS)
     args = parser.parse_args(argv)
-    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    resolve_common(args)
     args.batch_size = args.batch_size or (512 if args.real else 64)
     args.steps = args.steps or 5
     args.rounds = args.rounds or (1 if args.real else 2)
-    args.text_length = args.text_length or (77 if args.real else 16)
     if args.worker:
         args.worker_output.write_text(json.dumps(worker(args)))
         return None
     report = run(args)
     output = args.output or RESULTS / ("dive_overhead_real.json" if args.real else "dive_overhead.json")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, output)
     for name, r in report["results"].items():
         if "error" in r:
             print(f"{name:<20} {r['error'][:200]}")

@@ -50,6 +50,7 @@ def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(UserError, match="already holds a run"):
         (tmp_path / "run").mkdir()
         (tmp_path / "run" / "config.json").write_text("{}")
+        (tmp_path / "run" / "final").mkdir()  # a run that saved its work
         main(["train", "diffclip", "--output-dir", str(tmp_path / "run"), "--debug"])
 
 

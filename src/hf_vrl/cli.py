@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "relearn a LLaVA's projector for a new vision tower (LLaVA stage 1, trl SFTTrainer)",
     ),
     "push": ("hf_vrl.hub.push", "publish a run's model to the Hugging Face Hub with its model card"),
+    "convert": (
+        "hf_vrl.methods.diffclip.convert_cli",
+        "convert a released DiffCLIP checkpoint or a transformers CLIP into a DiffCLIP model folder",
+    ),
 }
 
 
@@ -87,11 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = [arg for arg in argv if arg != "--debug"]
     try:
         return _dispatch(argv)
+    except KeyboardInterrupt:  # Ctrl-C outside a run (a run handles it: hf_vrl.run.signals)
+        if debug:
+            raise
+        print("hf-vrl: interrupted", file=sys.stderr)
+        return 130
     except Exception as error:
         message = explain(error)
         if message is None or debug:
             raise
-        print(f"hf-vrl: error: {message}", file=sys.stderr)
+        print(f"hf-vrl: {'stopped' if hasattr(error, 'exit_code') else 'error'}: {message}", file=sys.stderr)
+        if hasattr(error, "exit_code"):  # hf_vrl.run.signals.RunInterrupted: 128 + the signal
+            return int(error.exit_code)
         print("(run with --debug for the traceback)", file=sys.stderr)
         return 2
 

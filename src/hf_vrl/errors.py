@@ -51,10 +51,37 @@ def explain(error: BaseException) -> str | None:
             f"{what} is neither a local folder nor reachable on the Hugging Face Hub: check the path, or "
             "download it first (the Hub is offline when HF_HUB_OFFLINE=1)"
         )
+    network = _network_error(error)
+    if network is not None:
+        reason = f"{type(network).__name__}: {_first_line(str(network))}"
+        return (
+            f"the Hugging Face Hub cannot be reached ({reason}): check the network connection or proxy, "
+            "then run the command again"
+        )
     if type(error).__name__ == "SafetensorError":
         file = _safetensors_file(error) or "a .safetensors file"
         reason = _first_line(text)
         return f"{file} cannot be read ({reason}): it is truncated or damaged; re-download or re-save it"
+    return None
+
+
+_NETWORK_ERRORS = (
+    "ConnectError",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "WriteTimeout",
+    "PoolTimeout",
+    "ProxyError",
+)
+
+
+def _network_error(error: BaseException) -> BaseException | None:
+    """The connection failure (httpx / requests) behind `error`, following its causes; None if none."""
+    seen = 0
+    while error is not None and seen < 10:
+        if type(error).__name__ in _NETWORK_ERRORS:
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
     return None
 
 

@@ -14,8 +14,10 @@ Protocols of the text tasks (`protocol=`; each report entry names the one that p
 - "hf_vrl", the earlier behaviour: retrieval over the *distinct* caption strings (one caption per image, a
   caption shared by several images matches any of them), zero-shot over hf_vrl's 8 templates with "a" ->
   "an" before vowels. On template-captioned data its retrieval numbers are far higher and not comparable.
-Ties in any ranking count in expectation over random orders (`hf_vrl.metrics.ranking`); clip_benchmark's
-`torch.topk` orders them arbitrarily.
+Scoring: "clip_benchmark" computes zero-shot accuracy and recall@K exactly as clip_benchmark does
+(`hf_vrl.metrics.clip_benchmark`: torch float32, ties in whatever order `torch.topk` returns), so equal
+embeddings give clip_benchmark's numbers; "hf_vrl" counts ties in expectation over random orders
+(`hf_vrl.metrics.ranking`).
 """
 
 from __future__ import annotations
@@ -264,10 +266,10 @@ def zero_shot_prompts(
     """The templates a zero-shot run uses: `templates` when given (a list, or the name of an OpenAI set such
     as "cifar10"), else the protocol's default: OpenAI's set for `dataset_name` (ImageNet's 80 when it has
     none) for "clip_benchmark", hf_vrl's 8 for "hf_vrl". "clip_benchmark" fills them verbatim (str.format),
-    "hf_vrl" with `fill_template` ("a {}" -> "an {}" before a vowel)."""
+    "hf_vrl" with `fill_template_with_article` ("a {}" -> "an {}" before a vowel)."""
     from hf_vrl.data import prompts
 
-    fill = str.format if _check_protocol(protocol) == "clip_benchmark" else prompts.fill_template
+    fill = str.format if _check_protocol(protocol) == "clip_benchmark" else prompts.fill_template_with_article
     if isinstance(templates, str):
         key = prompts.template_set_for(templates)
         if key is None:
@@ -284,6 +286,41 @@ def zero_shot_prompts(
     key = prompts.template_set_for(dataset_name)
     source = f"openai:{key}" if key else f"openai:{prompts.DEFAULT_TEMPLATE_SET} (fallback)"
     return ZeroShotPrompts(tuple(prompts.zero_shot_templates(dataset_name)), fill, source)
+
+
+def imagenet_classes(
+    dataset_name: str | None, labels: np.ndarray | None, names: list[str] | None
+) -> tuple[np.ndarray | None, list[str] | None, str, list[tuple[int, ...]] | None]:
+    """(labels, class names, their source, projection) for zero-shot: OpenAI's curated names for
+    ImageNet-family sets (`hf_vrl.data.prompts.openai_class_names`); ImageNet-R / -A labelled in ImageNet's
+    1000 classes scored on their 200-class subset (labels renumbered); ObjectNet (class folders) scored on
+    its 113 folders that map to ImageNet classes, each with the maximum logit of its ImageNet classes
+    (`projection`; labels renumbered in sorted folder order, -1 for the other folders, not scored):
+    WiSE-FT / FLYP's protocol. Otherwise the dataset's own."""
+    from hf_vrl.data import prompts
+    from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS, OBJECTNET_FOLDER_TO_IMAGENET
+
+    member = prompts.imagenet_family(dataset_name)
+    if member == "objectnet" and names and any(name in OBJECTNET_FOLDER_TO_IMAGENET for name in names):
+        mapped = sorted(name for name in names if name in OBJECTNET_FOLDER_TO_IMAGENET)
+        if labels is not None:
+            position = np.array([mapped.index(n) if n in OBJECTNET_FOLDER_TO_IMAGENET else -1 for n in names])
+            labels = position[labels]
+        projection = [OBJECTNET_FOLDER_TO_IMAGENET[name] for name in mapped]
+        return labels, list(IMAGENET_CLASSNAMES), "openai:objectnet", projection
+    if member in prompts.IMAGENET_SUBSETS and names is not None and len(names) == 1000:
+        keep = [IMAGENET_WNIDS.index(wnid) for wnid in prompts.imagenet_class_wnids(member)]
+        if labels is not None:
+            position = np.full(1000, -1, dtype=np.int64)
+            position[keep] = np.arange(len(keep))
+            labels = position[labels]
+            if (labels < 0).any():
+                raise UserError(f"{dataset_name}: labels outside the 200 classes {member} is scored on")
+        return labels, prompts.imagenet_class_names(member), f"openai:{member}", None
+    openai = prompts.openai_class_names(dataset_name, names)
+    if openai is None:
+        return labels, names, "dataset", None
+    return labels, openai, f"openai:{member or 'imagenet'}", None
 
 
 @dataclass
@@ -303,6 +340,9 @@ class _Run:
     protocol: str
     batch_size: int
     seed: int
+    class_names_source: str = "dataset"
+    zero_shot_labels: np.ndarray | None = None  # `labels` in the zero-shot classes (ImageNet-R / -A: 200)
+    projection: list[tuple[int, ...]] | None = None  # per label, its classifier columns (ObjectNet)
 
     def texts(self, model: torch.nn.Module, texts: Sequence[str]) -> torch.Tensor:
         """Embeddings of `texts`, each distinct string embedded once (repeats get identical rows)."""
@@ -332,19 +372,45 @@ def _skip_reason(task: str, run: _Run) -> str | None:
     return None
 
 
+def _zs_labels(run: _Run) -> np.ndarray | None:
+    return run.labels if run.zero_shot_labels is None else run.zero_shot_labels
+
+
 def _zero_shot(run: _Run) -> dict[str, Any]:
-    """CLIP prompt ensembling over `run.prompts` (see `zero_shot_prompts`)."""
+    """CLIP prompt ensembling over `run.prompts` (see `zero_shot_prompts`), scored as the protocol says:
+    clip_benchmark's torch computation (`hf_vrl.metrics.clip_benchmark`) or hf_vrl's (ties in expectation)."""
     prompts = run.prompts
-    classifier = metrics.zero_shot_classifier(
-        lambda t: run.texts(run.model, t), run.class_names, prompts.templates, fill=prompts.fill
-    )
-    topk = [k for k in (1, 5) if k <= len(run.class_names)]
-    return {
-        **metrics.zero_shot_accuracy(run.image, classifier, run.labels, topk),
+    labels, image = _zs_labels(run), run.image
+    scored = labels >= 0  # ObjectNet's unmapped folders are not scored
+    labels, image = labels[scored], image[torch.from_numpy(scored)]
+    n_classes = len(run.class_names) if run.projection is None else len(run.projection)
+    topk = [k for k in (1, 5) if k <= n_classes]
+    if run.protocol == "clip_benchmark":
+        filled = [
+            [metrics.fill_prompt(t, name, prompts.fill) for t in prompts.templates]
+            for name in run.class_names
+        ]
+        flat = run.texts(run.model, [p for class_prompts in filled for p in class_prompts])
+        blocks = torch.split(flat, [len(class_prompts) for class_prompts in filled])
+        classifier = metrics.cb_zero_shot_classifier(blocks)
+        scores = metrics.cb_zero_shot_accuracy(image, classifier, labels, topk, projection=run.projection)
+    else:
+        if run.projection is not None:
+            raise UserError("ObjectNet's projection onto ImageNet classes needs protocol clip_benchmark")
+        classifier = metrics.zero_shot_classifier(
+            lambda t: run.texts(run.model, t), run.class_names, prompts.templates, fill=prompts.fill
+        )
+        scores = metrics.zero_shot_accuracy(image, classifier, labels, topk)
+    out = {
+        **scores,
         "n_templates": len(prompts.templates),
         "templates": prompts.source,
+        "class_names": run.class_names_source,
         "protocol": run.protocol,
     }
+    if not scored.all():
+        out["n_scored"] = int(scored.sum())
+    return out
 
 
 def _retrieval(run: _Run) -> dict[str, Any]:
@@ -353,7 +419,12 @@ def _retrieval(run: _Run) -> dict[str, Any]:
     group = clip_benchmark_texts if run.protocol == "clip_benchmark" else distinct_caption_texts
     texts, mapping = group(captions)
     ks = [k for k in (1, 5, 10) if k <= min(len(texts), len(run.dataset))]
-    recall = metrics.retrieval_recall(run.image, run.texts(run.model, texts), ks, mapping)
+    embedded = run.texts(run.model, texts)
+    if run.protocol == "clip_benchmark":
+        owner = [image for image, own in enumerate(mapping) for _ in own]
+        recall = metrics.cb_retrieval_recall(run.image, embedded, owner, ks, batch_size=run.batch_size)
+    else:
+        recall = metrics.retrieval_recall(run.image, embedded, ks, mapping)
     return {**recall, "n_texts": len(texts), "protocol": run.protocol}
 
 
@@ -483,14 +554,21 @@ def evaluate_clip(
     try:
         logger.info("embedding %d images", len(dataset))
         image = encode_images(model, image_processor, dataset["image"], batch_size=batch_size)
+        labels = _labels(dataset)
+        zero_shot_labels, class_names, names_source, projection = imagenet_classes(
+            dataset_name, labels, class_names_of(dataset)
+        )
         run = _Run(
             model=model,
             image_processor=image_processor,
             tokenizer=tokenizer,
             dataset=dataset,
             image=image,
-            labels=_labels(dataset),
-            class_names=class_names_of(dataset),
+            labels=labels,
+            class_names=class_names,
+            class_names_source=names_source,
+            zero_shot_labels=zero_shot_labels,
+            projection=projection,
             train_dataset=train_dataset,
             reference_model=reference_model,
             prompts=prompts,
@@ -753,6 +831,10 @@ def main(argv: list[str] | None = None) -> int:
     _show_progress_logs()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     remote = args.trust_remote_code
+    from hf_vrl.run.preflight import check_data, check_source
+
+    check_source(args.model, "--model")  # before loading: one line naming what to change
+    check_data(args.dataset, "--dataset")
     model, image_processor, tokenizer = load_model_and_processors(args.model, trust_remote_code=remote)
     reference = None
     if "rsa" in args.tasks and args.reference_model:

@@ -12,10 +12,12 @@ import logging
 import math
 import os
 import shutil
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -23,9 +25,11 @@ from accelerate.data_loader import prepare_data_loader
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
-from transformers import Trainer, TrainerCallback, TrainerState
+from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments
+from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
+from .accumulation import split_batch, whole_batch_backward
 from .contrastive import clip_contrastive_loss
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "ContrastiveTrainer",
     "LogitScaleCap",
     "VRLTrainer",
+    "VRLTrainingArguments",
     "in_batch_accuracy",
 ]
 
@@ -43,9 +48,38 @@ STAGING_DIR = ".staging"  # checkpoints are written here, then renamed into plac
 EXTRA_STATE_NAME = "extra_state.safetensors"  # a method's own training state, inside each checkpoint
 
 
+@dataclass
+class VRLTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` plus whole-batch accumulation (``hf_vrl.accumulation``, GradCache)."""
+
+    micro_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Split each per-device batch into micro-batches of this many samples, the loss still "
+            "computed over the whole batch (GradCache): the memory of a micro-batch, the loss of the batch. "
+            "None: one forward pass per batch."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        micro = self.micro_batch_size
+        if micro is not None and (micro < 1 or self.per_device_train_batch_size % micro):
+            raise ValueError(
+                f"micro_batch_size ({micro}) must divide per_device_train_batch_size "
+                f"({self.per_device_train_batch_size})"
+            )
+
+
 class VRLTrainer(Trainer):
     """``transformers.Trainer`` for losses computed from custom batches.
 
+    * A method's loss is split in three (override them): ``embed(model, batch)``, the outputs that carry the
+      gradient; ``loss_targets(model, batch)``, per-sample values without gradient (a frozen or momentum
+      model's); ``objective(embedded, targets, batch)`` -> ``{"loss": ...}``. ``compute_loss`` is their
+      composition; with ``VRLTrainingArguments.micro_batch_size`` the training step runs them over the whole
+      per-device batch at the memory of one micro-batch (``hf_vrl.accumulation``), so a loss that couples
+      samples sees the whole batch. ``step_inputs(batch)`` adds what a training step draws besides the batch.
     * ``compute_loss`` returns the per-micro-batch mean; the Trainer scales it for gradient accumulation.
     * ``remove_unused_columns`` is forced to ``False`` (with a warning when it was ``True``, the transformers
       default): the collators produce keys the model's ``forward`` does not name (``class_labels``,
@@ -72,9 +106,12 @@ class VRLTrainer(Trainer):
     """
 
     loss_is_scaled_for_ga = False
+    shared_outputs: ClassVar[frozenset[str]] = frozenset()  # outputs of `embed` equal in every micro-batch
 
     def __init__(self, *args: Any, warmup_start_lr: float = 0.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.add_callback(SaveAndStopOnSignal())  # SIGTERM / SIGINT during a run: checkpoint, then stop
+        self.add_callback(TrainingClock())  # training time over resumes, kept in the checkpoints
         self.warmup_start_lr = warmup_start_lr
         if self.args.remove_unused_columns:
             logger.warning(
@@ -116,6 +153,82 @@ class VRLTrainer(Trainer):
         )
         super().log(logs, start_time)
         self._metrics[mode].clear()
+
+    # -- the loss: embed, targets, objective ---------------------------------------------------------------
+
+    def embed(self, model: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Tensor]:
+        """The outputs of one (micro-)batch that the objective differentiates (override)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} computes its loss in one piece (compute_loss): it cannot accumulate over "
+            "the whole batch; use micro-batch accumulation"
+        )
+
+    def loss_targets(self, model: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Tensor]:
+        """Per-sample values the objective reads without gradient (called under ``torch.no_grad``)."""
+        return {}
+
+    def objective(
+        self, embedded: Mapping[str, Tensor], targets: Mapping[str, Tensor], inputs: Mapping[str, Any]
+    ) -> dict[str, Tensor]:
+        """``{"loss": mean loss, ...}`` of a batch from its outputs (override; store metrics here)."""
+        raise NotImplementedError
+
+    def step_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The inputs of a training step: the batch, plus what the method draws beside it (override)."""
+        return inputs
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Tensor | Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Tensor | int | None = None,
+    ) -> Tensor | tuple[Tensor, Any]:
+        """``objective(embed(batch), loss_targets(batch), batch)["loss"]``; the model's own loss for a
+        trainer that does not split its loss."""
+        if type(self).embed is VRLTrainer.embed:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        with torch.no_grad():
+            targets = self.loss_targets(model, inputs)
+        embedded = self.embed(model, inputs)
+        loss = self.objective(embedded, targets, inputs)["loss"]
+        return (loss, embedded) if return_outputs else loss
+
+    def training_step(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Tensor | Any],
+        num_items_in_batch: Tensor | int | None = None,
+    ) -> Tensor:
+        """The Trainer's step; with ``micro_batch_size`` below the batch, GradCache over its micro-batches."""
+        inputs = self.step_inputs(inputs)
+        micro = getattr(self.args, "micro_batch_size", None)
+        chunks = self.args.per_device_train_batch_size // micro if micro else 1
+        if chunks == 1:
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        if callable(getattr(self.optimizer, "train", None)):  # schedule-free optimisers, as the Trainer
+            self.optimizer.train()
+        inputs = self._prepare_inputs(inputs)
+        with self.compute_loss_context_manager():
+            values = whole_batch_backward(
+                model,
+                self.micro_batches(inputs, chunks),
+                inputs,
+                embed=self.embed,
+                loss_targets=self.loss_targets,
+                objective=self.objective,
+                backward=self.accelerator.backward,
+                no_sync=partial(self.accelerator.no_sync, model),
+                shared=self.shared_outputs,
+                device=self.args.device,
+            )
+        return values["loss"] / self.current_gradient_accumulation_steps
+
+    def micro_batches(self, inputs: Mapping[str, Any], chunks: int) -> list[dict[str, Any]]:
+        """The micro-batches of a whole-batch step, in the order they are embedded (override to reorder or
+        separate parts; the last must reach every trained parameter under DDP)."""
+        return split_batch(inputs, chunks)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> TrainOutput:
         """``Trainer.train``, except that a checkpoint at (or past) ``max_steps`` is loaded, not trained."""
@@ -290,6 +403,45 @@ def in_batch_accuracy(image_embeds: Tensor, text_embeds: Tensor) -> Tensor:
 ContrastiveLossFn = Callable[..., Tensor]
 
 
+class SaveAndStopOnSignal(TrainerCallback):
+    """After SIGTERM / SIGINT during a run's stage (``hf_vrl.run.signals``): save a complete checkpoint at the
+    end of the current optimiser step and stop training (every process at the same step)."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any):
+        from hf_vrl.run.signals import stop_requested
+
+        if stop_requested(args.output_dir):
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
+class TrainingClock(TrainerCallback, ExportableState):
+    """Training time summed over a run's resumes: saved in each checkpoint's ``trainer_state.json`` (as an
+    ``ExportableState``), read back on resume; ``total()`` is the time up to now."""
+
+    def __init__(self, runtime_s: float = 0.0) -> None:
+        self.base = runtime_s
+        self.started: float | None = None
+
+    def _saved(self, state: Any) -> float:
+        saved = (state.stateful_callbacks or {}).get(type(self).__name__) or {}
+        saved = saved[-1] if isinstance(saved, list) and saved else saved
+        return float((saved or {}).get("attributes", {}).get("runtime_s", 0.0))
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any):
+        if self.started is None:  # the resumed state is loaded by now
+            self.base, self.started = self._saved(state), time.perf_counter()
+
+    def total(self, state: Any = None) -> float:
+        if self.started is None:  # no step trained in this process: what the checkpoint says
+            return self._saved(state) if state is not None else self.base
+        return self.base + time.perf_counter() - self.started
+
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"runtime_s": self.total()}}
+
+
 class LogitScaleCap(TrainerCallback):
     """open_clip's cap on CLIP's logit scale: the ``logit_scale`` parameter (log of the multiplier) is clamped
     to log(``max_logit_scale``) when training starts and after every optimizer step."""
@@ -327,11 +479,13 @@ class ContrastiveTrainer(VRLTrainer):
 
     ``loss_fn`` replaces the objective; the default is ``clip_contrastive_loss`` with ``local_loss=True,
     gather_with_grad=True`` (the exact global-batch gradient at 1/N of the logits, open_clip's advice at
-    scale). Methods that add terms override ``compute_loss`` and call ``super().compute_loss(...,
-    return_outputs=True)``. Logged extras: ``logit_scale`` and ``i2t_accuracy`` (in-batch image-to-text
-    top-1 on the local batch). Under several processes keep every rank's batch the same size (all-gather
-    needs equal shapes).
+    scale). Methods that add terms extend ``embed`` / ``objective`` (DiVE). Over micro-batches
+    (``micro_batch_size``) the loss is that of the whole batch, negatives included. Logged extras:
+    ``logit_scale`` and ``i2t_accuracy`` (in-batch image-to-text top-1 on the local batch). Under several
+    processes keep every rank's batch the same size (all-gather needs equal shapes).
     """
+
+    shared_outputs = frozenset({"logit_scale"})
 
     def __init__(
         self,
@@ -361,28 +515,30 @@ class ContrastiveTrainer(VRLTrainer):
             )
         return param
 
-    def compute_loss(
-        self,
-        model: nn.Module,
-        inputs: dict[str, Tensor | Any],
-        return_outputs: bool = False,
-        num_items_in_batch: Tensor | int | None = None,
-    ) -> Tensor | tuple[Tensor, Any]:
-        """Symmetric InfoNCE over the (global) batch; returns the per-micro-batch mean."""
-        outputs = model(**_encoder_inputs(inputs))
-        image_embeds, text_embeds = _paired_embeds(outputs)
-        logit_scale = self._logit_scale_param(model).exp()  # capped by LogitScaleCap
-        loss = self.loss_fn(
-            image_embeds,
-            text_embeds,
-            logit_scale,
-            rank=self.accelerator.process_index,
-            world_size=self.accelerator.num_processes,
-        )
+    def embed(self, model: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Tensor]:
+        """Image and text embeddings through the model's forward, and the logit multiplier (shared)."""
+        image_embeds, text_embeds = _paired_embeds(model(**_encoder_inputs(inputs)))
+        scale = self._logit_scale_param(model).exp()  # capped by LogitScaleCap
+        return {"image_embeds": image_embeds, "text_embeds": text_embeds, "logit_scale": scale}
+
+    def objective(
+        self, embedded: Mapping[str, Tensor], targets: Mapping[str, Tensor], inputs: Mapping[str, Any]
+    ) -> dict[str, Tensor]:
+        """Symmetric InfoNCE over the (global) batch; the mean over this process's rows."""
+        image_embeds, text_embeds = embedded["image_embeds"], embedded["text_embeds"]
+        loss = self.contrastive_loss(image_embeds, text_embeds, embedded)
         self.store_metrics(
-            {"logit_scale": logit_scale, "i2t_accuracy": in_batch_accuracy(image_embeds, text_embeds)}
+            {
+                "logit_scale": embedded["logit_scale"],
+                "i2t_accuracy": in_batch_accuracy(image_embeds, text_embeds),
+            }
         )
-        return (loss, outputs) if return_outputs else loss
+        return {"loss": loss}
+
+    def contrastive_loss(self, image: Tensor, text: Tensor, embedded: Mapping[str, Tensor]) -> Tensor:
+        """`loss_fn` of an image / text pair with the batch's logit scale, over every process's batch."""
+        world = {"rank": self.accelerator.process_index, "world_size": self.accelerator.num_processes}
+        return self.loss_fn(image, text, embedded["logit_scale"], **world)
 
 
 def _encoder_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:

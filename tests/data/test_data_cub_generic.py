@@ -141,3 +141,25 @@ def test_to_contract_without_labels_or_captions(tmp_path):
     with pytest.raises(KeyError, match="not among the columns"):
         resolve_columns(no_text, {"caption": "missing"})
     assert np.asarray(out[0]["image"]).shape == (10, 10, 3)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_imagefolder_skips_and_counts_bad_images_as_the_stream_does(image_folder, tmp_path, streaming):
+    """A zero-byte file and a 1x1 image are skipped and counted, map-style as streamed (they used to stop a
+    run, and its resume, at the step that drew them)."""
+    from hf_vrl.run.data import SkipLog
+
+    (image_folder / "Cat_Dog" / "empty.png").write_bytes(b"")
+    noise((1, 1), seed=0).save(image_folder / "Cat_Dog" / "dot.png")
+    log = SkipLog(tmp_path / "skips")
+    ds = load_imagefolder(
+        image_folder,
+        streaming=streaming,
+        cache_dir=str(tmp_path / "cache"),
+        sample_filter=SampleFilter("folder", log=log),
+    )
+    rows = list(ds)
+    assert len(rows) == 7
+    for row in rows:
+        validate_row(row)
+    assert log.counts() == {"corrupt_image": 1, "too_small": 1}

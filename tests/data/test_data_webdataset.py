@@ -1,6 +1,7 @@
 import tarfile
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from data_fixtures import MIXED_KEPT, MIXED_SKIPPED, add_member, encode, good_images, noise, write_plain_shard
@@ -148,3 +149,24 @@ def test_brace_patterns_expand_like_webdataset(tmp_path):
     ]
     with pytest.raises(FileNotFoundError):
         resolve_files(str(tmp_path / "{00000..00003}.tar"))
+
+
+@pytest.mark.parametrize("inside", [100, 0])
+def test_a_shard_cut_inside_or_before_a_header_is_counted(tmp_path, inside):
+    """tarfile reads a shard cut inside a member's header (or just before it) as a clean end: still a cut."""
+    path = write_plain_shard(tmp_path / "t.tar", 0, 6, size=(64, 64))
+    data = path.read_bytes()
+    with tarfile.open(path) as tar:
+        offsets = [m.offset for m in tar.getmembers()]
+    path.write_bytes(data[: offsets[8] + inside])  # the 5th sample's first header
+    sample_filter = SampleFilter("cut")
+    rows = list(load_image_text(str(path), sample_filter=sample_filter))
+    assert len(rows) <= 4 and sample_filter.counts["truncated_shard"] == 1
+
+
+def test_a_garbage_jpeg_is_a_corrupt_image_not_a_truncated_one():
+    from hf_vrl.data.images import ImageDecodeError, decode_image
+
+    with pytest.raises(ImageDecodeError) as info:
+        decode_image(b"\xff\xd8\xff\xe0" + np.random.default_rng(0).bytes(300))  # "Truncated File Read"
+    assert info.value.kind == "corrupt_image"

@@ -121,7 +121,7 @@ def dist_objective_worker(rank: int, out_dir: str) -> None:
 
 
 def training_args(out_dir, steps: int, batch: int, **overrides):
-    from transformers import TrainingArguments
+    from hf_vrl.trainer import VRLTrainingArguments
 
     settings = dict(
         output_dir=str(out_dir),
@@ -138,7 +138,7 @@ def training_args(out_dir, steps: int, batch: int, **overrides):
         dataloader_drop_last=True,
         disable_tqdm=True,
     )
-    return TrainingArguments(**(settings | overrides))
+    return VRLTrainingArguments(**(settings | overrides))
 
 
 def tiny_bank(data):

@@ -10,13 +10,13 @@ from pathlib import Path
 import torch
 from _dist_worker import WORLD_SIZE, _init, _shutdown
 from safetensors.torch import save_file
-from transformers import TrainingArguments
 
 from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.methods.dive.loss import dive_losses
 from hf_vrl.methods.dive.settings import DiVESettings
 from hf_vrl.methods.dive.sigmoid_loss import sigmoid_contrastive_loss
 from hf_vrl.methods.dive.trainer import DiVETrainer
+from hf_vrl.trainer import VRLTrainingArguments
 
 VOCAB, EOS, SEQ_LEN, IMAGE_SIZE = 100, 1, 6, 16
 TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
@@ -116,7 +116,7 @@ def trainer(
     )
     return DiVETrainer(
         model=dual_encoder if dual_encoder is not None else model(),
-        args=TrainingArguments(**(args | kwargs)),
+        args=VRLTrainingArguments(**(args | kwargs)),
         train_dataset=target if target is not None else rows(16, seed=1),
         data_collator=collate,
         settings=settings,
@@ -165,12 +165,13 @@ def loss_worker(rank: int, port: int, out_dir: str) -> None:
 
 
 def trainer_worker(rank: int, port: int, out_dir: str) -> None:
-    """DiVETrainer on 2 CPU processes: B = 2, B' = 2 per rank; rank r writes m and its weights."""
+    """DiVETrainer on 2 CPU processes: B = 2 per rank, B' = 4 in all (2 per rank); rank r writes m and its
+    weights."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
     )
     torch.set_num_threads(1)
-    settings = DiVESettings(reference_dataset="tensor rows", reference_batch_size=2)
+    settings = DiVESettings(reference_dataset="tensor rows", reference_batch_size=4)
     run = trainer(out_dir, settings, steps=STEPS, batch=2, reference=rows(4, seed=2), **SGD)
     run.train()
     state = {f"param/{k}": v.detach().clone() for k, v in run.model.state_dict().items()}

@@ -62,15 +62,51 @@ def test_the_first_step_sees_zero_differences(tmp_path):
     assert logged(run, "avl")[1] > 0.0
 
 
+def second_step(out_dir, **dive) -> tuple[dict, dict[str, torch.Tensor]]:
+    """Step 2's log entry and gradient (float64, SGD). Step 1 sees u = v = 0, where AVL and PVL have zero
+    gradient, so every objective and lambda starts step 2 from the same model and the same m."""
+    from test_accumulation import GradientRecorder
+
+    run = trainer(
+        out_dir, settings(**dive), steps=2, dual_encoder=model().double(), optim="sgd", max_grad_norm=0.0
+    )
+    recorder = GradientRecorder()
+    run.add_callback(recorder)
+    run.train()
+    return [h for h in run.state.log_history if "avl" in h or "loss" in h][1], recorder.steps[1]
+
+
 def test_reference_term_is_lambda_weighted(tmp_path):
-    """The logged loss is L_cl + lambda * (AVL + PVL) (Eq. 9): compare the total of two lambdas at step 2."""
-    totals = {}
-    for lam in (0.0, 10.0):
-        run = trainer(tmp_path / str(lam), settings(lambda_dive=lam), steps=2, learning_rate=0.0)
-        run.train()
-        totals[lam] = (logged(run, "loss")[1], logged(run, "avl")[1] + logged(run, "pvl")[1])
-    # lr 0: both runs see the same model, so the same L_cl; AVL + PVL is 0 at a model equal to the frozen one
-    assert totals[10.0][1] == 0.0 and totals[0.0][0] == pytest.approx(totals[10.0][0])
+    """Eq. 9 at a step where AVL, PVL != 0: the loss is L_cl + lambda (AVL + PVL) and the gradient is linear
+    in lambda (lambda**2 or a fixed weight would fail both)."""
+    runs = {lam: second_step(tmp_path / str(lam), lambda_dive=lam) for lam in (0.0, 1.0, 3.0)}
+    log, _ = runs[3.0]
+    assert log["avl"] > 1e-6 and log["pvl"] > 1e-6
+    assert log["loss"] == pytest.approx(runs[0.0][0]["loss"] + 3.0 * (log["avl"] + log["pvl"]), rel=1e-5)
+    base = runs[0.0][1]
+    for name, grad in runs[3.0][1].items():
+        unit = runs[1.0][1][name] - base[name]
+        torch.testing.assert_close(grad - base[name], 3.0 * unit, rtol=1e-5, atol=1e-5, msg=name)
+    assert max(float((runs[1.0][1][n] - base[n]).abs().max()) for n in base) > 1e-4  # the term moved them
+
+
+def test_each_ablation_switch_adds_only_its_own_term(tmp_path):
+    """Table 5: dive_avl adds lambda AVL, dive_pvl lambda PVL, dive both, at the same step-2 model."""
+    lam = 2.0
+    runs = {
+        o: second_step(tmp_path / o, objective=o, lambda_dive=lam)
+        for o in ("flyp", "dive_avl", "dive_pvl", "dive")
+    }
+    cl = runs["flyp"][0]["loss"]
+    avl, pvl = runs["dive"][0]["avl"], runs["dive"][0]["pvl"]
+    assert abs(avl - pvl) > 1e-3 * max(avl, pvl)  # a swap of the two terms would show
+    assert runs["dive_avl"][0]["loss"] == pytest.approx(cl + lam * avl, rel=1e-6)
+    assert runs["dive_pvl"][0]["loss"] == pytest.approx(cl + lam * pvl, rel=1e-6)
+    assert runs["dive"][0]["loss"] == pytest.approx(cl + lam * (avl + pvl), rel=1e-6)
+    flyp = runs["flyp"][1]
+    for name, grad in runs["dive"][1].items():
+        parts = (runs["dive_avl"][1][name] - flyp[name]) + (runs["dive_pvl"][1][name] - flyp[name])
+        torch.testing.assert_close(grad - flyp[name], parts, rtol=1e-5, atol=1e-5, msg=name)
 
 
 def test_frozen_model_is_not_saved_and_the_export_is_a_plain_clip(tmp_path):
@@ -206,7 +242,7 @@ def test_reference_stream_trains_and_resumes(tmp_path):
 
 def test_siglip_trains_with_its_sigmoid_loss_unclamped(tmp_path):
     run = trainer(tmp_path, settings(), steps=2, learning_rate=1e-4, dual_encoder=tiny_siglip())
-    assert run.loss_fn == run._sigmoid_loss and run.max_logit_scale == math.inf
+    assert run._siglip and run.max_logit_scale == math.inf
     batch = collate(rows(4, seed=1))
     with torch.no_grad():
         out = run.model(**{k: batch[k] for k in ("pixel_values", "input_ids", "attention_mask")})

@@ -45,7 +45,10 @@ def test_every_shipped_preset_resolves_for_its_method():
             "trainng: unknown setting; did you mean 'optim'? ('training' in the first",
         ),
         (["--arch", "clip", "--lambda-init", "0.5"], "apply to DiffCLIP only"),
-        (["--global-batch-size", "30", "--batch-size", "8"], "must be a multiple of batch_size"),
+        (
+            ["--global-batch-size", "30", "--batch-size", "8", "--accumulation", "micro_batch"],
+            "not a multiple of batch_size 8",
+        ),
     ],
 )
 def test_impossible_settings_are_refused_with_what_to_change(argv, problem):

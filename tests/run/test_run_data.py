@@ -156,7 +156,7 @@ def test_less_data_than_one_batch_is_refused(tmp_path):
     import hf_vrl
     from hf_vrl.errors import UserError
 
-    with pytest.raises(UserError, match="fewer than one batch of 64"):
+    with pytest.raises(UserError, match="fewer than one optimiser step of 64"):
         hf_vrl.train("diffclip", train_limit=10, eval_before=False, output_dir=str(tmp_path / "o"))
 
 

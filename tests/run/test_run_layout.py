@@ -18,10 +18,29 @@ def config(**overrides):
     return resolve(DiffCLIPRunConfig, load_preset("diffclip-tiny"), overrides)
 
 
+def saved_step(run, step=2):
+    """A complete checkpoint: the run saved trained work (a folder without one is not a run yet)."""
+    folder = run.checkpoints("train") / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text("{}")
+
+
 def recorded(tmp_path, cfg):
     run = RunDir(tmp_path / "run")
     atomic_write_json(run.config_file, cfg.to_dict())
+    saved_step(run)
     return run
+
+
+def test_a_folder_whose_run_never_saved_a_step_is_not_a_run(tmp_path):
+    run = RunDir(tmp_path / "run")
+    atomic_write_json(run.config_file, config(seed=5).to_dict())
+    (run.checkpoints("train") / ".staging" / "checkpoint-2").mkdir(parents=True)
+    (run.checkpoints("train") / "checkpoint-4").mkdir()  # incomplete
+    assert not run.holds_run()
+    assert run.open(config(), resume=None) is False  # a new run takes it over
+    assert run.open(config(), resume="auto") is False  # other settings: taken over, not refused
+    assert run.open(config(seed=5), resume="auto") is True  # the same settings continue it
 
 
 def test_a_new_run_refuses_a_folder_that_holds_one(tmp_path):
@@ -58,7 +77,7 @@ def test_resume_accepts_changes_that_do_not_define_the_run(tmp_path):
 
 def test_checkpoints_without_a_recorded_configuration_are_not_adopted(tmp_path):
     run = RunDir(tmp_path / "run")
-    (run.checkpoints("train") / "checkpoint-2").mkdir(parents=True)
+    saved_step(run)
     with pytest.raises(UserError, match="no config.json"):
         run.open(config(), resume="auto")
 
@@ -66,6 +85,7 @@ def test_checkpoints_without_a_recorded_configuration_are_not_adopted(tmp_path):
 def test_a_run_of_another_method_is_not_resumed(tmp_path):
     run = RunDir(tmp_path / "run")
     atomic_write_json(run.config_file, {"method": "dcr"})
+    saved_step(run)
     with pytest.raises(UserError, match="holds a 'dcr' run"):
         run.open(config(), resume="auto")
 

@@ -20,7 +20,14 @@ import numpy as np
 from datasets import ClassLabel, Dataset, Features, IterableDataset, Value
 from datasets import Image as ImageFeature
 
-from .images import EMPTY_CAPTION, MISSING_CAPTION, DecodeTransform, SampleFilter
+from .images import (
+    EMPTY_CAPTION,
+    MISSING_CAPTION,
+    DecodeTransform,
+    SampleError,
+    SampleFilter,
+    decode_image,
+)
 from .offline import subsample
 from .prompts import CAPTION_TEMPLATES, captions_for_labels, clean_class_name, fill_template
 from .schema import CAPTION, IMAGE, LABEL, NO_LABEL
@@ -177,7 +184,26 @@ def load_imagefolder(
     ds = datasets.load_dataset(
         "imagefolder", data_dir=os.fspath(root), split=split, streaming=streaming, **load_kwargs
     )
+    sample_filter = sample_filter or SampleFilter(f"imagefolder:{os.fspath(root)}")
+    if not streaming:  # streams skip bad images as they are read; a map-style folder is checked once here
+        ds = _without_bad_images(ds, resolve_columns(ds, columns)[IMAGE], sample_filter)
     return to_contract(ds, columns, seed=seed, limit=limit, sample_filter=sample_filter)
+
+
+def _without_bad_images(ds: Dataset, column: str, sample_filter: SampleFilter) -> Dataset:
+    """The rows whose image decodes and is large enough, by the streamed path's rules (`SampleFilter`); the
+    others are skipped and counted, so a damaged file never stops a run at the step that draws it."""
+    keep = []
+    raw = ds.cast_column(column, ImageFeature(decode=False))[column]
+    for index, value in enumerate(raw):
+        key = (value or {}).get("path") or f"row {index}"
+        try:
+            decode_image(value, min_side=sample_filter.min_side, draft_size=sample_filter.draft_size or 64)
+        except SampleError as error:
+            sample_filter.skip(error.kind, f"{error} [{key}]", key)
+            continue
+        keep.append(index)
+    return ds if len(keep) == len(ds) else ds.select(keep)
 
 
 def load_hf_dataset(

@@ -130,14 +130,18 @@ def decode_image(source: Any, *, min_side: int = 1, draft_size: int | None = Non
     `draft_size`: let the JPEG decoder downscale by 2/4/8 while keeping the shorter side >= draft_size
     (much faster when the model's input is far smaller than the stored image). Raises ImageDecodeError.
     """
+    errors = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
     try:
         image = _open(source)
+    except ImageDecodeError:
+        raise
+    except errors as error:  # no readable header: garbage, whatever the parser ran into (not a cut file)
+        raise ImageDecodeError(CORRUPT_IMAGE, f"cannot decode image: {error}") from error
+    try:
         if draft_size and image.format == "JPEG" and image is not source:
             image.draft(None, (draft_size, draft_size))
         image.load()
-    except ImageDecodeError:
-        raise
-    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as error:
+    except errors as error:
         raise ImageDecodeError(_error_kind(error), f"cannot decode image: {error}") from error
     image = _apply_exif_orientation(image)
     if min(image.size) < min_side:

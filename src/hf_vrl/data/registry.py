@@ -110,3 +110,24 @@ def load_dataset_by_name(
     if prefix == "imagefolder":
         return generic.load_imagefolder(target, split, streaming=streaming, **common, **kwargs)
     return generic.load_hf_dataset(target, split, streaming=streaming, **common, **kwargs)
+
+
+def check_dataset_name(name: str, what: str = "--dataset") -> None:
+    """Raise `UserError` when `name` cannot name data: an unknown name, a path or glob that matches nothing.
+    Cheap (no data is read): a run checks its data before it writes anything. Hub ids are left to loading."""
+    from hf_vrl.errors import UserError
+
+    if name in NAMED:
+        return
+    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    target = os.path.expanduser(target)
+    try:
+        prefix = prefix or _detect(target)
+        if prefix in ("webdataset", "parquet", "csv"):
+            webdataset.resolve_files(target)
+        elif prefix in ("cub", "imagefolder") and not Path(target).is_dir():
+            raise FileNotFoundError("no such folder")
+        elif prefix == "hf" and target.startswith(("/", ".", "~")) and not Path(target).exists():
+            raise FileNotFoundError("no such folder")
+    except (FileNotFoundError, ValueError) as error:
+        raise UserError(f"{what} {name}: {error}") from None

@@ -121,6 +121,17 @@ def _tar_sample(key: str, fields: dict[str, bytes]) -> dict[str, Any]:
     return {"key": key, "image": image, "caption": caption, "label": label}
 
 
+def _ends_cleanly(path: str, end: int) -> bool:
+    """Whether an uncompressed shard has its end-of-archive marker (two zero blocks) after its last member
+    (compressed shards report a cut themselves)."""
+    if not path.endswith(".tar"):
+        return True
+    with open(path, "rb") as handle:
+        handle.seek(end)
+        tail = handle.read(1024)
+    return len(tail) == 1024 and not any(tail)
+
+
 def iter_tar(path: str, sample_filter: SampleFilter) -> Iterator[dict[str, Any]]:
     """Raw samples of one webdataset shard, streamed; members are grouped by key, a sample is complete when
     the next key's header is read. A truncated/unreadable shard ends early (its incomplete last sample is
@@ -138,6 +149,9 @@ def iter_tar(path: str, sample_filter: SampleFilter) -> Iterator[dict[str, Any]]
                 key = match.group(1)
                 handle = tar.extractfile(member)
                 fields[match.group(2).lower()] = handle.read() if handle else b""
+            end = tar.offset
+        if not _ends_cleanly(path, end):  # tarfile reads a shard cut inside a header as a clean end
+            raise tarfile.ReadError(f"no end-of-archive marker after byte {end}: the shard is cut short")
     except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
         sample_filter.skip(TRUNCATED_SHARD, f"{path}: {error} (its incomplete last sample is dropped)", path)
         return

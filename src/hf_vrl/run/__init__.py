@@ -110,7 +110,13 @@ def main(method: str, argv: Sequence[str] | None = None) -> int:
     )
     _default_output(parsed.config, parsed.source)
     if parsed.print_config:
+        import sys
+
+        from hf_vrl.run.batch import process_count
+
         print(json.dumps(parsed.config.to_dict(), indent=2))
+        plan = parsed.config.batch_plan(process_count())
+        print(plan.describe(parsed.config.loss_terms(plan)), file=sys.stderr)
         return 0
     if parsed.threads:
         torch.set_num_threads(parsed.threads)

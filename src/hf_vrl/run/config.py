@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from hf_vrl.errors import UserError
+from hf_vrl.run.batch import BatchPlan, plan_batches, process_count
 
 __all__ = [
     "DataConfig",
@@ -78,6 +79,18 @@ def in_range(low: float, high: float, *, high_open: bool = False) -> Check:
     return check
 
 
+def _scheduler_problem(value: Any) -> str | None:
+    """What is wrong with an `lr_scheduler` name (transformers' `SchedulerType` values), or None."""
+    from transformers.trainer_utils import SchedulerType
+
+    names = [kind.value for kind in SchedulerType]
+    if value in names:
+        return None
+    close = difflib.get_close_matches(str(value), names, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown schedule {value!r}; {hint}choose one of: {', '.join(names)}"
+
+
 # -- the shared sections -----------------------------------------------------------------------------------
 
 
@@ -103,14 +116,26 @@ class DataConfig:
 class OptimConfig:
     """Optimisation."""
 
-    batch_size: int = setting(8, "samples per device and micro-step", check=at_least(1))
+    batch_size: int = setting(
+        8,
+        "micro-batch: samples per process and forward pass (with whole_batch accumulation a memory setting "
+        "only: the largest divisor of the process's share up to this)",
+        check=at_least(1),
+    )
     global_batch_size: int | None = setting(
         None,
-        "samples per optimiser step over all processes; sets gradient accumulation from the process count",
+        "samples per optimiser step over all processes (the paper's batch); the micro-batches per process "
+        "follow from the process count",
         check=at_least(1),
     )
     gradient_accumulation_steps: int | None = setting(
-        None, "micro-steps per optimiser step (default 1, or from global_batch_size)", check=at_least(1)
+        None, "micro-batches per optimiser step (default 1, or from global_batch_size)", check=at_least(1)
+    )
+    accumulation: Literal["whole_batch", "micro_batch"] = setting(
+        "whole_batch",
+        "what the loss sees over several micro-batches: whole_batch (GradCache: the loss of the whole global "
+        "batch at the memory of a micro-batch) or micro_batch (plain accumulation: each micro-batch's loss "
+        "over its own samples)",
     )
     max_steps: int | None = setting(
         None, "optimiser steps (overrides num_train_epochs; needed for streamed data)", check=at_least(1)
@@ -121,6 +146,7 @@ class OptimConfig:
     lr_scheduler: str = setting(
         "cosine",
         "learning-rate schedule after warm-up: a transformers scheduler name (cosine, linear, constant, ...)",
+        check=_scheduler_problem,
     )
     min_learning_rate: float = setting(
         0.0,
@@ -215,12 +241,26 @@ class RunConfig:
             problems.append(f"optim.min_learning_rate needs lr_scheduler cosine, not {optim.lr_scheduler!r}")
         if optim.min_learning_rate >= optim.learning_rate:
             problems.append("optim.min_learning_rate must be below learning_rate")
-        if optim.global_batch_size is not None and optim.global_batch_size % optim.batch_size:
-            problems.append(
-                f"optim.global_batch_size ({optim.global_batch_size}) must be a multiple of batch_size "
-                f"({optim.batch_size})"
-            )
+        try:
+            self.batch_plan(process_count())
+        except UserError as error:
+            problems.append(f"optim: {error}")
         return problems
+
+    def batch_plan(self, processes: int) -> BatchPlan:
+        """How a step of this configuration is laid out on `processes` processes (`hf_vrl.run.batch`)."""
+        optim = self.optim
+        return plan_batches(
+            optim.batch_size,
+            processes,
+            global_batch_size=optim.global_batch_size,
+            gradient_accumulation_steps=optim.gradient_accumulation_steps,
+            accumulation=optim.accumulation,
+        )
+
+    def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
+        """What each term of the method's loss sees under `plan`, one line each (override)."""
+        return {}
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as the preset format (with `method` on top)."""

@@ -200,7 +200,10 @@ def parse_run_args(
     except UserError:
         shown = cls()  # the preset's problems are reported below, after --help had its chance
     parser = build_parser(cls, shown, presets)
-    options = vars(parser.parse_args(argv))
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(parser, unknown, cls.method)
+    options = vars(namespace)
     overrides = {key: value for key, value in options.items() if "." in key or key in _top_level(cls)}
     overrides = {key: options[key] for key in overrides}
     leaves = {f"{section}.{f.name}" if section else f.name for section, f, _ in leaf_fields(cls)}
@@ -213,6 +216,17 @@ def parse_run_args(
         threads=options.get("threads"),
         print_config=bool(options.get("print_config")),
     )
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str], method: str) -> None:
+    """One line for flags the parser does not know, with the nearest known flag (as for config keys)."""
+    import difflib
+
+    flags = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    name = next((token for token in unknown if token.startswith("-")), unknown[0]).partition("=")[0]
+    close = difflib.get_close_matches(name, flags, n=1)
+    hint = f"did you mean {close[0]}?" if close else f"see `hf-vrl train {method} --help`"
+    raise UserError(f"unknown option {name!r} ({' '.join(unknown)}): {hint}")
 
 
 def _top_level(cls: type[RunConfig]) -> set[str]:

@@ -12,6 +12,7 @@ runner owns the folder, resume, seeds, devices, precision, data wrapping, the re
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -23,9 +24,11 @@ import torch
 from torch import nn
 
 from hf_vrl.errors import UserError
+from hf_vrl.run import fsdp
 from hf_vrl.run.config import RunConfig
 from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
-from hf_vrl.run.layout import RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
+from hf_vrl.run.layout import RunDir, RunLock, atomic_dir, atomic_write_json, last_complete_checkpoint
+from hf_vrl.run.signals import handle_signals, saving_on_signal
 
 logger = logging.getLogger("hf_vrl.run")
 
@@ -89,11 +92,11 @@ class Run:
             if self.config.optim.max_steps is None:
                 raise UserError(f"{data.dataset} is streamed (its length is unknown): give --max-steps")
             return SeededStream(dataset, self.config.seed, self.rank, self.world_size)
-        batch = self.config.optim.batch_size * self.world_size
+        batch = self.batch_plan().global_batch
         if len(dataset) < batch:
             raise UserError(
-                f"{data.dataset} has {len(dataset)} training samples, fewer than one batch of {batch} "
-                f"(batch_size x processes): lower --batch-size or use more data"
+                f"{data.dataset} has {len(dataset)} training samples, fewer than one optimiser step of "
+                f"{batch}: lower --global-batch-size / --batch-size or use more data"
             )
         return SeededDataset(dataset, self.config.seed)
 
@@ -129,17 +132,9 @@ class Run:
         auto = torch.cuda.is_available() and not self.config.deterministic
         return self.config.compile == "on" or (self.config.compile == "auto" and auto)
 
-    def gradient_accumulation(self) -> int:
-        optim = self.config.optim
-        if optim.global_batch_size is None:
-            return optim.gradient_accumulation_steps or 1
-        per_step = optim.batch_size * self.world_size
-        if optim.global_batch_size % per_step:
-            raise UserError(
-                f"global_batch_size {optim.global_batch_size} is not a multiple of batch_size x processes "
-                f"({optim.batch_size} x {self.world_size}); change one of them"
-            )
-        return optim.global_batch_size // per_step
+    def batch_plan(self) -> Any:
+        """The step's layout on this run's processes (`hf_vrl.run.batch.BatchPlan`)."""
+        return self.config.batch_plan(self.world_size)
 
     def training_arguments(
         self,
@@ -151,9 +146,10 @@ class Run:
         **overrides: Any,
     ) -> Any:
         """`TrainingArguments` of one stage from the shared sections (checkpoints in checkpoints/<stage>/)."""
-        from transformers import TrainingArguments
+        from hf_vrl.trainer import VRLTrainingArguments
 
         cfg, optim, output = self.config, self.config.optim, self.config.output
+        plan = self.batch_plan()
         cuda = torch.cuda.is_available()
         precision = self.precision()
         steps = max_steps if max_steps is not None else optim.max_steps
@@ -165,8 +161,9 @@ class Run:
             output_dir=str(self.dir.checkpoints(stage)),
             max_steps=steps if steps is not None else -1,
             num_train_epochs=optim.num_train_epochs,
-            per_device_train_batch_size=optim.batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation(),
+            per_device_train_batch_size=plan.trainer_batch,
+            gradient_accumulation_steps=plan.trainer_accumulation,
+            micro_batch_size=plan.micro_batch if plan.trainer_batch > plan.micro_batch else None,
             learning_rate=learning_rate if learning_rate is not None else optim.learning_rate,
             weight_decay=optim.weight_decay,
             lr_scheduler_type="cosine_with_min_lr" if optim.min_learning_rate else optim.lr_scheduler,
@@ -197,15 +194,21 @@ class Run:
             accelerator_config={"dispatch_batches": False},  # each process reads its own share
         )
         settings.update(overrides)
-        return TrainingArguments(**settings)
+        return VRLTrainingArguments(**settings)
 
     def record_stage(self, stage: str, trainer: Any, output: Any) -> None:
         """Keep a stage's training figures (steps, runtime, throughput) for the report."""
+        from hf_vrl.trainer import TrainingClock
+
         metrics = getattr(output, "metrics", {}) or {}
+        runtime = float(metrics.get("train_runtime", 0.0))
+        clocks = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TrainingClock)]
+        total = clocks[0].total(trainer.state) if clocks else runtime  # over all resumes of the stage
+        samples_per_s = float(metrics.get("train_samples_per_second", 0.0))
         self.stats[stage] = {
             "steps": int(trainer.state.global_step),
-            "runtime_s": round(float(metrics.get("train_runtime", 0.0)), 2),
-            "samples_per_s": round(float(metrics.get("train_samples_per_second", 0.0)), 2),
+            "runtime_s": round(max(total, runtime), 2),
+            "samples_per_s": round(samples_per_s, 2),
         }
 
 
@@ -216,6 +219,8 @@ class Method:
     config_class: ClassVar[type[RunConfig]] = RunConfig
     aliases: ClassVar[dict[str, list[str]]] = {}  # deprecated flag -> replacement tokens
     summary: ClassVar[str] = ""  # one line for `hf-vrl train --help`
+    # settings that name a model to load ("model.tokenizer") -> values that are no path, preset or Hub id
+    sources: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self, run: Run):
         self.run = run
@@ -224,6 +229,18 @@ class Method:
     def stages(self) -> list[str]:
         """Stage names in order; each trains with its own checkpoints folder."""
         return ["train"]
+
+    def check(self) -> None:
+        """Everything that can be known before training (data names and paths, model sources in `sources`),
+        checked before the run folder is written; raise `UserError` (extend for a method's own inputs)."""
+        from hf_vrl.run.preflight import check_data, check_source
+
+        check_data(self.config.data.dataset, "--dataset")
+        check_data(self.config.eval.eval_dataset, "--eval-dataset")
+        for path, special in self.sources.items():
+            section, _, name = path.rpartition(".")
+            value = getattr(getattr(self.config, section) if section else self.config, name)
+            check_source(value, "--" + name.replace("_", "-"), special)
 
     def setup(self) -> None:
         """Load processors, build inputs (e.g. toy-world models); runs on every process before anything."""
@@ -256,7 +273,8 @@ class Method:
         return None
 
     def finish(self, model: nn.Module) -> dict[str, str]:
-        """Figures and exports of the final model; returns {name: path}. Failures are warnings."""
+        """Exports, and figures when `self.config.eval.figures`, of the final model; returns {name: path}.
+        Failures are warnings."""
         return {}
 
 
@@ -322,6 +340,7 @@ def _train_summary(run: Run) -> dict[str, Any]:
 def execute(method_class: type[Method], config: RunConfig, resume: str | None = None) -> dict[str, Any]:
     """Run `config` with `method_class` (see the module docstring); returns the report."""
     rank, world_size, state = _process_state()
+    sharded = fsdp.fsdp_requested()  # FSDP through accelerate launch (hf_vrl.run.fsdp)
     if config.deterministic:  # before any CUDA work: cuBLAS reads its workspace setting once
         from transformers import enable_full_determinism
 
@@ -333,11 +352,46 @@ def execute(method_class: type[Method], config: RunConfig, resume: str | None = 
     method = method_class(run)
     stages = method.stages()
     _check_resume_target(run, stages)
+    method.check()  # all that can be known before training, before anything is written
+    lock = _lock(out, state)  # one writer per folder, taken before the folder is read
+    try:
+        with handle_signals():
+            return _execute(method, run, stages, state, sharded)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _lock(out: RunDir, state: Any) -> RunLock | None:
+    """The main process takes the folder's lock; every process learns the outcome (none goes on alone)."""
+    refused, lock = None, None
+    if state.is_main_process:
+        try:
+            lock = out.lock()
+        except UserError as error:
+            refused = str(error)
+    if state.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        refused = broadcast_object_list([refused], from_process=0)[0]
+    if refused is not None:
+        raise UserError(refused)
+    return lock
+
+
+def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: bool) -> dict[str, Any]:
+    config, out, resume, method_class = run.config, run.dir, run.resume, type(method)
     resumed = out.open(config, resume)  # every process checks before the main one writes
     state.wait_for_everyone()
     if run.is_main:
+        if not resumed:  # a folder whose run never saved a step: taken over, its leftovers cleared
+            out.clear_unstarted()
+        out.sweep_temporaries()
         atomic_write_json(out.config_file, config.to_dict())
         logger.info("%s run in %s%s", method_class.name, out.root, " (resumed)" if resumed else "")
+        plan = run.batch_plan()
+        logger.info("%s", plan.describe(config.loss_terms(plan)))
+    state.wait_for_everyone()  # the folder is cleared before any process records into it
     method.setup()
     report: dict[str, Any] = {"method": method_class.name, "config": config.to_dict()}
     previous = _previous_report(out) if resumed else {}
@@ -364,7 +418,12 @@ def execute(method_class: type[Method], config: RunConfig, resume: str | None = 
             continue
         if model is None:
             model = method.initial_model() if index == 0 else _previous_result(method, out, stages, index)
-        model = method.train_stage(stage, model, _stage_checkpoint(run, stage))
+        if sharded:
+            fsdp.prepare(model)
+        with saving_on_signal(out.checkpoints(stage)):  # SIGTERM / SIGINT: checkpoint now, then stop
+            model = method.train_stage(stage, model, _stage_checkpoint(run, stage))
+        if sharded:  # every process: a plain model with the full weights again
+            model = fsdp.gather(model)
         if run.is_main:
             with atomic_dir(result) as folder:
                 if last:
@@ -372,6 +431,8 @@ def execute(method_class: type[Method], config: RunConfig, resume: str | None = 
                 else:
                     method.save_stage(stage, model, folder)
             atomic_write_json(out.checkpoints(stage) / "stats.json", run.stats.get(stage, {}))
+            with contextlib.suppress(OSError):  # the trainer's staging folder, empty once all is renamed
+                (out.checkpoints(stage) / ".staging").rmdir()
         state.wait_for_everyone()
     report["train"] = _train_summary(run)
     if run.is_main:
@@ -407,8 +468,7 @@ def _load_stats(run: Run, stage: str) -> None:
 
 
 def _finish(method: Method, model: nn.Module) -> dict[str, str]:
-    if not method.config.eval.figures:
-        return {}
+    """Exports always; figures when `eval.figures` (the method checks it: `Method.finish`)."""
     started = time.perf_counter()
     try:
         outputs = method.finish(model)

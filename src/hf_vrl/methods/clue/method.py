@@ -11,6 +11,7 @@ coefficient is a function of the global step.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,10 +20,13 @@ from torch import nn
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.clue.settings import CLUEMethodFields, CLUEModelFields, CLUESettings
+from hf_vrl.run.batch import BatchPlan
 from hf_vrl.run.config import OptimConfig, RunConfig, at_least, setting
 from hf_vrl.run.runner import Method
 
 __all__ = ["CLUEMethod", "CLUEModelConfig", "CLUERunConfig"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -77,6 +81,21 @@ class CLUERunConfig(RunConfig):
                 "model.backbone_pretrain_steps needs the toy world: dataset shapes and a backbone_config"
             )
         return problems
+
+    def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
+        rows = plan.per_process if plan.accumulation == "whole_batch" else plan.micro_batch
+        columns = f"{rows} rows (this process's) against {plan.loss_batch} columns (every process's)"
+        terms = {"Sinkhorn targets, soft-InfoNCE (Eq. 5-6)": columns}
+        if self.clue.gamma:
+            terms["text alignment (Eq. 7)"] = columns
+        per_process = f"per micro-batch of {plan.micro_batch} samples and process"
+        if self.clue.sync_batchnorm and plan.processes > 1:
+            per_process = (
+                f"per micro-batch of {plan.micro_batch} samples x {plan.processes} processes on GPUs "
+                f"(SyncBatchNorm); {per_process} on CPUs"
+            )
+        terms["BatchNorm statistics"] = per_process
+        return terms
 
 
 _MODEL_FIELDS = set(CLUEModelFields.__dataclass_fields__)
@@ -159,8 +178,13 @@ class CLUEMethod(Method):
         return build_model(self.settings, text_embed_dim=self.text_bank.dim if self.text_bank else None)
 
     def train_stage(self, stage: str, model: nn.Module, checkpoint: str | None) -> nn.Module:
+        """Eq. 8 with `CLUETrainer`; with clue.sync_batchnorm on several GPU processes the BatchNorm layers
+        train as SyncBatchNorm (before the Trainer wraps the model) and come back as plain BatchNorm."""
+        from hf_vrl.methods.clue.model import to_plain_batchnorm, to_sync_batchnorm
         from hf_vrl.methods.clue.trainer import CLUETrainer
 
+        if self._sync_batchnorm():
+            model = to_sync_batchnorm(model)
         trainer = CLUETrainer(
             model=model,
             args=self.run.training_arguments(stage),
@@ -171,7 +195,22 @@ class CLUEMethod(Method):
         )
         output = trainer.train(resume_from_checkpoint=checkpoint)
         self.run.record_stage(stage, trainer, output)
-        return trainer.accelerator.unwrap_model(trainer.model)
+        return to_plain_batchnorm(trainer.accelerator.unwrap_model(trainer.model))
+
+    def _sync_batchnorm(self) -> bool:
+        """Whether this run trains with SyncBatchNorm: the setting, several processes, and GPUs (torch's
+        SyncBatchNorm refuses CPU tensors)."""
+        if not self.settings.sync_batchnorm or self.run.world_size < 2:
+            return False
+        if self.run.device.type == "cpu":
+            if self.run.is_main:
+                logger.warning(
+                    "clue.sync_batchnorm: torch's SyncBatchNorm needs GPUs; on CPU each of the %d processes "
+                    "keeps its own BatchNorm statistics",
+                    self.run.world_size,
+                )
+            return False
+        return True
 
     def save_final(self, model: nn.Module, folder: Path) -> None:
         model.save_pretrained(folder)
@@ -214,7 +253,7 @@ class CLUEMethod(Method):
 
         backbone = export_backbone(model, self.run.dir.root / "exports" / "backbone", self.image_processor)
         outputs = {"backbone": str(backbone)}
-        test = self._eval_data()
+        test = self._eval_data() if self.config.eval.figures else None
         count = self.settings.part_map_images
         if test is not None and count and getattr(model, "part_extractor", None) is not None:
             path = self.run.dir.figures / "part_maps.png"

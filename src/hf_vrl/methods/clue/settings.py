@@ -60,7 +60,9 @@ class CLUEMethodFields:
     projection_dim: int = _help("Output width of projector and predictor (ReSA: 512).", default=512)
     predictor_hidden_dim: int = _help("Hidden width of the 2-layer predictor (ReSA: 2048).", default=2048)
     num_parts: int = _help(
-        "K, the learnable part centroids of the VLAD part extractor (paper: 3).", default=3
+        "K, the learnable part centroids of the VLAD part extractor (paper: 3); with beta = 0 no part "
+        "extractor is built.",
+        default=3,
     )
     part_intra_normalization: bool = _help(
         "L2-normalise each part descriptor before concatenation (NetVLAD); the paper's Eq. 6 does not.",
@@ -89,6 +91,14 @@ class CLUEMethodFields:
     )
     momentum_schedule: str = _help(
         "'constant' (paper) or 'cosine': m rises to 1 over training (ReSA, DINO).", default="constant"
+    )
+    sync_batchnorm: bool = _help(
+        "Train with every BatchNorm layer (backbone, heads, momentum branch) converted to "
+        "torch.nn.SyncBatchNorm, so batch statistics and running averages cover the micro-batches of all "
+        "processes, as ReSA does. Only matters with several processes, and only on GPUs (torch's "
+        "SyncBatchNorm does not run on CPUs, where each process keeps its own statistics); saved models "
+        "and exports keep plain BatchNorm.",
+        default=True,
     )
     augment: dict = _help(
         "Overrides of the weak/strong view parameters (CLUEViews fields: crop_scale, blur_prob, ...).",
@@ -181,11 +191,12 @@ class CLUESettings(CLUEMethodFields, CLUEModelFields):
 
     def model_config(self) -> dict[str, Any]:
         """CLUEConfig arguments (besides the backbone) from these settings; text_embed_dim is set by the
-        model builder from the text encoder."""
+        model builder from the text encoder. No part extractor with beta = 0: nothing would train it (and
+        DDP would wait for its gradients)."""
         return {
             "projection_hidden_dim": self.projection_hidden_dim,
             "projection_dim": self.projection_dim,
             "predictor_hidden_dim": self.predictor_hidden_dim,
-            "num_parts": self.num_parts,
+            "num_parts": self.num_parts if self.beta > 0 else 0,  # only L_local reads the parts
             "part_intra_normalization": self.part_intra_normalization,
         }

@@ -13,7 +13,6 @@ import logging
 import math
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 from transformers import TrainerCallback
 
@@ -122,27 +121,22 @@ class CLUETrainer(VRLTrainer):
         self.current_momentum = momentum_at(step, total_steps, s.momentum, s.momentum_schedule)
         self.accelerator.unwrap_model(self.model).update_momentum(self.current_momentum)
 
-    def compute_loss(
-        self,
-        model: nn.Module,
-        inputs: dict[str, Tensor | Any],
-        return_outputs: bool = False,
-        num_items_in_batch: Tensor | int | None = None,
-    ) -> Tensor | tuple[Tensor, Any]:
+    def embed(self, model: nn.Module, inputs: dict[str, Any]) -> dict[str, Tensor]:
+        """The online branch's outputs on both views (h, embeddings, part descriptors, text embeddings)."""
+        return _tensors(model(pixel_values=_views(inputs)))
+
+    def loss_targets(self, model: nn.Module, inputs: dict[str, Any]) -> dict[str, Tensor]:
+        """The momentum branch's outputs on both views (no gradient)."""
+        return _tensors(model(pixel_values=_views(inputs), momentum=True))
+
+    def objective(
+        self, embedded: dict[str, Tensor], targets: dict[str, Tensor], inputs: dict[str, Any]
+    ) -> dict[str, Tensor]:
         """Eq. 8 on the per-process batch (the momentum side gathered across processes); the mean loss."""
-        views = inputs.get("pixel_values")
-        if views is None or views.dim() != 5 or views.shape[1] != 2:
-            raise KeyError(
-                "CLUETrainer needs pixel_values [B, 2, 3, H, W] (weak and strong view) in every batch; use "
-                "hf_vrl.methods.clue.augment.CLUECollator"
-            )
-        online = model(pixel_values=views)
-        with torch.no_grad():
-            momentum = model(pixel_values=views, momentum=True)
         s = self.settings
         losses = clue_objective(
-            online,
-            momentum,
+            embedded,
+            targets,
             text_embeds=inputs.get("text_embeds"),
             alpha=s.alpha,
             beta=s.beta,
@@ -156,6 +150,22 @@ class CLUETrainer(VRLTrainer):
             rank=self.accelerator.process_index,
             world_size=self.accelerator.num_processes,
         )
-        loss = losses.pop("loss")
-        self.store_metrics({**losses, "momentum": self.current_momentum})
-        return (loss, online) if return_outputs else loss
+        self.store_metrics(
+            {**{k: v for k, v in losses.items() if k != "loss"}, "momentum": self.current_momentum}
+        )
+        return losses
+
+
+def _views(inputs: dict[str, Any]) -> Tensor:
+    views = inputs.get("pixel_values")
+    if views is None or views.dim() != 5 or views.shape[1] != 2:
+        raise KeyError(
+            "CLUETrainer needs pixel_values [B, 2, 3, H, W] (weak and strong view) in every batch; use "
+            "hf_vrl.methods.clue.augment.CLUECollator"
+        )
+    return views
+
+
+def _tensors(output: Any) -> dict[str, Tensor]:
+    """The tensors of a model output, by name."""
+    return {key: value for key, value in output.items() if isinstance(value, Tensor)}

@@ -23,6 +23,7 @@ from torch import nn
 
 from hf_vrl.data.toy import OMITTABLE
 from hf_vrl.errors import UserError
+from hf_vrl.run.batch import BatchPlan
 from hf_vrl.run.config import OptimConfig, RunConfig, at_least, in_range, setting
 from hf_vrl.run.layout import atomic_dir
 from hf_vrl.run.runner import Method
@@ -179,12 +180,18 @@ class DCRRunConfig(RunConfig):
             lr_scheduler="constant_with_warmup",
             warmup_steps=10,
             max_grad_norm=1.0,
+            accumulation="micro_batch",
         )
     )
     dcr: DCRSettings = field(default_factory=DCRSettings)
 
     def validate(self) -> list[str]:
         problems = super().validate()
+        if self.optim.accumulation != "micro_batch":
+            problems.append(
+                "optim.accumulation: DCR's loss is per micro-batch (the B^2 grid of Eq. 12 over one "
+                "micro-batch, as the official 16 x GA 2 x 8 GPUs run): use micro_batch"
+            )
         if self.optim.max_steps is None:
             problems.append("optim.max_steps: DCR trains by steps (the stage-2 / end-to-end length); set it")
         blind = self.model.clip_blind_to
@@ -202,11 +209,19 @@ class DCRRunConfig(RunConfig):
                 problems.append(f"dcr.{name} needs three values (R G B), got {value}")
         return problems
 
+    def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
+        b = plan.local_loss_batch
+        return {
+            "Eq. 12 (contrastive over predicted noises)": f"the {b} x {b} grid of one process's micro-batch "
+            f"({b - 1} negatives per image; not gathered across processes, as the official code)"
+        }
+
 
 class DCRMethod(Method):
     name = "dcr"
     config_class = DCRRunConfig
     summary = "enhance a CLIP vision encoder with a frozen diffusion model (2 stages)"
+    sources = {"model.clip": (), "dcr.diffusion": ("tiny",)}  # checked before the run writes
     aliases: ClassVar[dict[str, list[str]]] = {
         "--max-train-samples": ["--train-limit"],
         "--eval-samples": ["--eval-limit"],

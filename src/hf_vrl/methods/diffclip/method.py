@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from torch import nn
 
+from hf_vrl.run.batch import BatchPlan, contrastive_sees
 from hf_vrl.run.config import OptimConfig, RunConfig, in_range, setting
 from hf_vrl.run.runner import Method
 
@@ -102,11 +103,15 @@ class DiffCLIPRunConfig(RunConfig):
             )
         return problems
 
+    def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
+        return {"CLIP loss": contrastive_sees(plan)}
+
 
 class DiffCLIPMethod(Method):
     name = "diffclip"
     config_class = DiffCLIPRunConfig
     summary = "DiffCLIP (or its CLIP baseline) from scratch with the CLIP loss"
+    sources = {"model.tokenizer": (), "model.image_processor": ()}  # checked before the run writes
     aliases: ClassVar[dict[str, list[str]]] = {}
 
     def setup(self) -> None:
@@ -153,9 +158,14 @@ class DiffCLIPMethod(Method):
         return trainer.accelerator.unwrap_model(trainer.model)
 
     def save_final(self, model: nn.Module, folder: Path) -> None:
+        """The model and its processors, also as one `CLIPProcessor` (processor_config.json), so that
+        `AutoProcessor` and the zero-shot pipeline find both."""
+        from transformers import CLIPProcessor
+
         model.save_pretrained(folder)
+        CLIPProcessor(image_processor=self.image_processor, tokenizer=self.tokenizer).save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
-        self.image_processor.save_pretrained(folder)
+        self.image_processor.save_pretrained(folder)  # preprocessor_config.json: AutoImageProcessor's file
 
     def load_final(self, folder: Path) -> nn.Module:
         from transformers import AutoModel
@@ -190,7 +200,7 @@ class DiffCLIPMethod(Method):
 
         from hf_vrl.methods.diffclip.figures import attention_figure
 
-        data = self._eval_data(model)
+        data = self._eval_data(model) if self.config.eval.figures else None
         if data is None:
             return {}
         models = {_label(model): model}

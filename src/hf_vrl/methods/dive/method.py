@@ -25,6 +25,7 @@ from torch import nn
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.dive.settings import DiVESettings
+from hf_vrl.run.batch import BatchPlan, contrastive_sees, process_count
 from hf_vrl.run.config import OptimConfig, RunConfig, at_least, setting
 from hf_vrl.run.layout import atomic_dir
 from hf_vrl.run.runner import Method
@@ -93,13 +94,41 @@ class DiVERunConfig(RunConfig):
             problems.append(
                 "dive.classes and dive.held_out_classes overlap: a held-out class is never trained"
             )
+        reference = dive.reference_batch_size
+        if reference is not None and self.dive.uses_reference:
+            plan = None
+            try:
+                plan = self.batch_plan(process_count())
+            except UserError:
+                pass  # reported by RunConfig.validate
+            chunks = plan.processes * plan.accumulation_steps if plan else 1
+            if reference % chunks:
+                problems.append(
+                    f"dive.reference_batch_size ({reference}, per optimiser step over all processes) must be "
+                    f"a multiple of processes x micro-batches ({chunks})"
+                )
         return problems
+
+    def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
+        terms = {"L_cl (FLYP)": contrastive_sees(plan)}
+        if not self.dive.uses_reference:
+            return terms
+        whole = plan.accumulation == "whole_batch"
+        reference = self.dive.reference_batch_size or plan.global_batch
+        seen = reference if whole else reference // plan.accumulation_steps
+        name = {"flyp_replay": "replay (Eq. 15)", "snd": "SnD (Eq. 13)"}.get(self.dive.objective, "AVL, PVL")
+        terms[name] = f"{seen} reference pairs per evaluation (B' = {reference} per optimiser step)"
+        if name == "AVL, PVL":
+            times = "once" if whole else f"{plan.accumulation_steps} times"
+            terms["m (Eq. 6)"] = f"updated {times} per optimiser step, from the mean over {seen} pairs"
+        return terms
 
 
 class DiVEMethod(Method):
     name = "dive"
     config_class = DiVERunConfig
     summary = "robust fine-tuning of a pre-trained CLIP with DiVE (or FLYP, replay, SnD)"
+    sources = {"model.pretrained": ()}  # checked before the run writes
 
     # -- inputs ----------------------------------------------------------------------------------------------
 
@@ -196,15 +225,49 @@ class DiVEMethod(Method):
             args=self.run.training_arguments(stage),
             train_dataset=train,
             data_collator=FLYPCollator(
-                self.image_processor, self.tokenizer, train.features["label"].names, settings.templates
+                self.image_processor,
+                self.tokenizer,
+                self._class_names(train),
+                self._templates(),
+                crop_scale=settings.crop_scale,
             ),
             settings=settings,
             warmup_start_lr=self.config.optim.warmup_start_lr,
             **reference,
         )
+        selection = None
+        if settings.select_best_epoch:
+            from hf_vrl.methods.dive.selection import BestEpoch
+
+            selection = BestEpoch(
+                self._validation_score,
+                self.run.dir.checkpoints(stage) / "best-epoch",
+                unwrap=trainer.accelerator.unwrap_model,
+            )
+            trainer.add_callback(selection)
         output = trainer.train(resume_from_checkpoint=checkpoint)
         self.run.record_stage(stage, trainer, output)
-        return trainer.accelerator.unwrap_model(trainer.model)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if selection is not None:
+            from accelerate import PartialState
+
+            PartialState().wait_for_everyone()  # the main process wrote the selected weights
+            selection.restore(model)
+        return model
+
+    def _validation_score(self, model: nn.Module) -> float:
+        """Zero-shot top-1 on the ID validation rows: best-epoch selection's score (and WiSE-FT's)."""
+        from hf_vrl.methods.dive.evaluate import id_accuracy
+
+        _, validation = self._target()
+        return id_accuracy(
+            model,
+            self.image_processor,
+            self.tokenizer,
+            validation,
+            self._templates(),
+            dataset_name=self.config.data.dataset,
+        )
 
     def save_final(self, model: nn.Module, folder: Path) -> None:
         from hf_vrl.methods.dive.export import export_model
@@ -242,9 +305,21 @@ class DiVEMethod(Method):
         return self._sets
 
     def _templates(self) -> list[str]:
-        from hf_vrl.data.prompts import CAPTION_TEMPLATES
+        """The caption templates: the settings', else OpenAI's 80 for an ImageNet-family target (the paper's,
+        FLYP's), else hf_vrl's caption templates."""
+        from hf_vrl.data.prompts import CAPTION_TEMPLATES, IMAGENET_TEMPLATES, imagenet_family
 
-        return list(self.settings.templates or CAPTION_TEMPLATES)
+        if self.settings.templates:
+            return list(self.settings.templates)
+        return list(IMAGENET_TEMPLATES if imagenet_family(self.config.data.dataset) else CAPTION_TEMPLATES)
+
+    def _class_names(self, rows: Any) -> list[str]:
+        """The target's class names in its training captions: OpenAI's curated names for ImageNet-family data
+        (the names the evaluation's prompts use, `hf_vrl.data.prompts.openai_class_names`), else its own."""
+        from hf_vrl.data.prompts import openai_class_names
+
+        names = list(rows.features["label"].names)
+        return openai_class_names(self.config.data.dataset, names) or names
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
         """ID / OOD / transfer / RSA as `evaluate_dive` computes them, in the run report's metric names."""
@@ -266,6 +341,7 @@ class DiVEMethod(Method):
             pretrained_model=self._frozen_model() if sets["rsa_dataset"] is not None else None,
             templates=templates,
             transfer_templates={name: templates for name in own if name in sets["transfer_datasets"]},
+            id_dataset_name=self.config.eval.eval_dataset,
         )
         return run_report_section(report)
 
@@ -293,7 +369,14 @@ class DiVEMethod(Method):
         templates = self._templates()
 
         def score(candidate: nn.Module) -> float:
-            return id_accuracy(candidate, self.image_processor, self.tokenizer, validation, templates)
+            return id_accuracy(
+                candidate,
+                self.image_processor,
+                self.tokenizer,
+                validation,
+                templates,
+                dataset_name=self.config.data.dataset,
+            )
 
         alpha, scores, ensemble = choose_wise_ft(
             self._frozen_model(), model, score, alphas=self.settings.wise_ft_alphas

@@ -68,6 +68,24 @@ def _shifts(value: list[str]) -> str | None:
     return f"unknown shift(s) {bad}; choose from {', '.join(SHIFTS)}" if bad else None
 
 
+def _splits(value: dict[str, str]) -> str | None:
+    bad = {k: v for k, v in value.items() if not isinstance(v, str) or not v}
+    return f"each OOD set's split must be a split name; got {bad}" if bad else None
+
+
+def _limits(value: dict[str, int | None]) -> str | None:
+    bad = {k: v for k, v in value.items() if v is not None and (not isinstance(v, int) or v < 1)}
+    return f"each OOD set's limit must be an integer >= 1 or null; got {bad}" if bad else None
+
+
+def _crop_scale(value: list[float] | None) -> str | None:
+    if value is None:
+        return None
+    if len(value) != 2 or not 0 < value[0] <= value[1] <= 1:
+        return f"must be [low, high] with 0 < low <= high <= 1 (FLYP: [0.9, 1.0]), got {value!r}"
+    return None
+
+
 @dataclass
 class DiVESettings:
     """DiVE's hyperparameters (Suzuki et al., AAAI 2026, §4-5 and App. A-E)."""
@@ -98,8 +116,8 @@ class DiVESettings:
     )
     reference_batch_size: int | None = setting(
         None,
-        "B', reference pairs per device and micro-batch (default: the target batch size, B' = B as in the "
-        "paper; B' = B/4 brings the step time within 1.25x of FLYP's)",
+        "B', reference pairs per optimiser step over all processes, like global_batch_size (default: the "
+        "global target batch, B' = B as in the paper; B' = B/4 brings the step time within 1.25x of FLYP's)",
         check=at_least(1),
     )
     classes: list[int] | None = setting(
@@ -115,9 +133,22 @@ class DiVESettings:
     )
     templates: list[str] | None = setting(
         None,
-        "caption templates turning target class names into captions ('{}' = the class name); default: "
-        "hf_vrl.data.prompts' caption templates (the paper: OpenAI's 80 ImageNet templates)",
+        "caption templates turning target class names into captions ('{}' = the class name, filled "
+        "verbatim); default: OpenAI's 80 ImageNet templates for an ImageNet-family dataset (the paper, "
+        "FLYP), else hf_vrl.data.prompts' caption templates",
         check=_templates,
+    )
+    crop_scale: list[float] | None = setting(
+        None,
+        "RandomResizedCrop of the target images with this area range (bicubic, aspect 3/4-4/3, one draw per "
+        "sample from its sample_seed): FLYP's training augmentation is [0.9, 1.0]; default (null): none, the "
+        "image processor's resize and centre crop",
+        check=_crop_scale,
+    )
+    logit_scale: Literal["capped", "flyp"] = setting(
+        "capped",
+        "the contrastive logit scale: capped (hf_vrl's ContrastiveTrainer: clamped at 100 as open_clip, not "
+        "weight-decayed) or flyp (FLYP's code: learned, uncapped and weight-decayed with the weights)",
     )
     frozen_embeddings: Literal["forward", "cache"] = setting(
         "forward",
@@ -133,8 +164,16 @@ class DiVESettings:
     )
     separate_backward: bool = setting(
         True,
-        "back-propagate the reference terms before the target batch's forward: the same gradient, with the "
-        "peak memory of the larger of the two batches instead of both",
+        "back-propagate the reference terms apart from the target batch's (before its forward, or as micro-"
+        "batches of their own with whole_batch accumulation): the same gradient, with the peak memory of the "
+        "larger of the two batches instead of both",
+    )
+    select_best_epoch: bool = setting(
+        False,
+        "score the ID validation set (val_size rows) at every epoch's end and finish with the best epoch's "
+        "weights (the paper's early stopping, §5.2); the selected weights are kept in "
+        "checkpoints/train/best-epoch/, apart from the rotating checkpoints",
+        identity=False,
     )
     wise_ft: bool = setting(
         False,
@@ -150,6 +189,20 @@ class DiVESettings:
         help="OOD test sets of the target classes (registry names or paths; paper: ImageNet-V2/-R/-A/"
         "-Sketch, ObjectNet)",
         default_factory=list,
+        identity=False,
+    )
+    ood_splits: dict[str, str] = setting(
+        help="the split read from each OOD set, by its name in ood_datasets (default: eval.eval_split); the "
+        "ImageNet shifts each ship one test split",
+        check=_splits,
+        default_factory=dict,
+        identity=False,
+    )
+    ood_limits: dict[str, int | None] = setting(
+        help="samples read from each OOD set, by its name in ood_datasets (default: eval.eval_limit; null: "
+        "all)",
+        check=_limits,
+        default_factory=dict,
         identity=False,
     )
     ood_shifts: list[str] = setting(
@@ -187,6 +240,12 @@ class DiVESettings:
             except ValueError:
                 raise UserError(f"reference_dataset {self.reference_dataset!r} is not a JSON list") from None
         problems = field_problems(self)
+        if self.select_best_epoch and not self.val_size:
+            problems.append("select_best_epoch scores the ID validation set: set val_size > 0")
+        for name in ("ood_splits", "ood_limits"):
+            unknown = sorted(set(getattr(self, name)) - set(self.ood_datasets))
+            if unknown:
+                problems.append(f"{name}: {unknown} are not in ood_datasets {self.ood_datasets}")
         if problems:
             raise UserError("DiVE settings: " + "; ".join(problems))
 

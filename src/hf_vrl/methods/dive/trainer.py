@@ -27,10 +27,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hf_vrl.accumulation import split_batch
 from hf_vrl.errors import UserError
 from hf_vrl.methods.dive.data import ReferenceLoader
 from hf_vrl.methods.dive.frozen import FrozenReference, embed_pair
-from hf_vrl.methods.dive.loss import dive_losses, snd_loss
+from hf_vrl.methods.dive.loss import difference_vectors, dive_losses, snd_loss
 from hf_vrl.methods.dive.settings import DiVESettings
 from hf_vrl.methods.dive.sigmoid_loss import sigmoid_contrastive_loss
 from hf_vrl.trainer import ContrastiveTrainer, LogitScaleCap
@@ -45,12 +46,15 @@ class DiVETrainer(ContrastiveTrainer):
 
     `settings` selects the objective and its weights; `reference_dataset` (any image-caption dataset) and
     `reference_collator` (rows -> pixel_values / input_ids / attention_mask, e.g. `ImageTextCollator`) feed
-    the reference batches, B' = `settings.reference_batch_size` (default: the target batch size) per device
-    and micro-batch. `pretrained_model` is the frozen model; by default a copy of `model` as given, so build
+    the reference batches, B' = `settings.reference_batch_size` pairs per optimiser step over all
+    processes (default: the global target batch), drawn once per step (whole-batch accumulation) or per
+    micro-batch. `pretrained_model` is the frozen model; by default a copy of `model` as given, so build
     the trainer from the pre-trained weights (also when resuming: the checkpoint's weights are loaded into
     `model` later, and a resume whose frozen model differs from the run's is refused).
     Logged: `avl`, `pvl`, `snd`, `replay` (unweighted), `diff_norm` (mean ||u||), `avg_vector_norm`.
     """
+
+    shared_outputs = frozenset({"logit_scale", "logit_bias"})
 
     def __init__(
         self,
@@ -63,8 +67,9 @@ class DiVETrainer(ContrastiveTrainer):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.settings = settings
-        if hasattr(self.model, "logit_bias"):  # SigLIP: its own objective, and no CLIP cap on its scale
-            self.loss_fn, self.max_logit_scale = self._sigmoid_loss, math.inf
+        self._siglip = hasattr(self.model, "logit_bias")
+        if self._siglip or settings.logit_scale == "flyp":  # SigLIP's scale, FLYP's: learned, no cap
+            self.max_logit_scale = math.inf
             self.remove_callback(LogitScaleCap)
         self.avg_vector: Tensor | None = None
         self.frozen: FrozenReference | None = None
@@ -101,11 +106,85 @@ class DiVETrainer(ContrastiveTrainer):
 
     # -- the objective --------------------------------------------------------------------------------
 
-    def _sigmoid_loss(
-        self, image: Tensor, text: Tensor, logit_scale: Tensor, *, rank: int, world_size: int
-    ) -> Tensor:
-        bias = self.accelerator.unwrap_model(self.model).logit_bias
-        return sigmoid_contrastive_loss(image, text, logit_scale, bias, rank=rank, world_size=world_size)
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        """ContrastiveTrainer's rule; with `logit_scale: flyp` the logit scale decays too (FLYP's AdamW decays
+        every parameter; only the scale's treatment is FLYP's here)."""
+        names = super().get_decay_parameter_names(model)
+        if self.settings.logit_scale != "flyp":
+            return names
+        scale = [n for n, _ in model.named_parameters() if n.rsplit(".", 1)[-1] == "logit_scale"]
+        return names + [n for n in scale if n not in names]
+
+    def contrastive_loss(self, image: Tensor, text: Tensor, embedded: dict[str, Tensor]) -> Tensor:
+        """CLIP's InfoNCE, or SigLIP's sigmoid loss for a model with a `logit_bias`."""
+        if not self._siglip:
+            return super().contrastive_loss(image, text, embedded)
+        world = {"rank": self.args.process_index, "world_size": self.args.world_size}
+        scale, bias = embedded["logit_scale"], embedded["logit_bias"]
+        return sigmoid_contrastive_loss(image, text, scale, bias, **world)
+
+    @property
+    def reference_rows(self) -> int:
+        """Reference pairs per process and training step call: B' (global, per optimiser step) over the
+        processes and the Trainer's accumulation steps; B' defaults to the global target batch."""
+        per_call = self.args.world_size * self.args.gradient_accumulation_steps
+        total = self.settings.reference_batch_size or self.args.per_device_train_batch_size * per_call
+        if total % per_call:
+            raise UserError(
+                f"dive.reference_batch_size ({total}) must be a multiple of processes x accumulation steps "
+                f"({per_call})"
+            )
+        return total // per_call
+
+    def step_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The target batch and, for objectives with a reference term, the next reference batch."""
+        if not self.settings.uses_reference:
+            return inputs
+        return {**inputs, "reference": self._next_reference()}
+
+    def micro_batches(self, inputs: dict[str, Any], chunks: int) -> list[dict[str, Any]]:
+        """With `separate_backward`, the reference micro-batches first, then the target ones (which reach
+        every trained parameter, as DDP needs of the last); else both halves in each micro-batch."""
+        parts = split_batch(inputs, chunks)
+        if not (self.settings.separate_backward and "reference" in inputs):
+            return parts
+        reference = [{"reference": part.pop("reference")} for part in parts]
+        return reference + parts
+
+    def embed(self, model: nn.Module, inputs: dict[str, Any]) -> dict[str, Tensor]:
+        """The target pair's embeddings and logit scale (and SigLIP's bias); the reference pair's."""
+        out: dict[str, Tensor] = {}
+        if "pixel_values" in inputs:
+            out.update(super().embed(model, inputs))
+            if self._siglip:
+                out["logit_bias"] = self.accelerator.unwrap_model(model).logit_bias
+        reference = inputs.get("reference")
+        if reference is not None:
+            out["reference_image"], out["reference_text"] = embed_pair(model, reference)
+            if self.settings.objective == "flyp_replay":
+                out["logit_scale"] = self._logit_scale_param(model).exp()
+        return out
+
+    def loss_targets(self, model: nn.Module, inputs: dict[str, Any]) -> dict[str, Tensor]:
+        """The frozen model's embeddings of the reference pairs (Eq. 4-5's f_pre, g_pre), under the autocast
+        the trained model's forward runs in (accelerate wraps only that forward), so that both sides of u and
+        v round alike: at lr = 0, u = v = 0 exactly in any precision."""
+        reference = inputs.get("reference")
+        if reference is None or self.frozen is None:
+            return {}
+        with self.accelerator.autocast():
+            image, text = self.frozen.embed(reference, self.accelerator.unwrap_model(model))
+        return {"reference_image_pre": image, "reference_text_pre": text}
+
+    def objective(
+        self, embedded: dict[str, Tensor], targets: dict[str, Tensor], inputs: dict[str, Any]
+    ) -> dict[str, Tensor]:
+        """L_cl on the target batch plus the objective's reference term (Eq. 9, 13, 15)."""
+        values = super().objective(embedded, targets, inputs) if "image_embeds" in embedded else {}
+        if "reference_image" in embedded:
+            reference = self._reference_term(embedded, targets)
+            values["loss"] = values["loss"] + reference if values else reference
+        return values
 
     def compute_loss(
         self,
@@ -114,25 +193,23 @@ class DiVETrainer(ContrastiveTrainer):
         return_outputs: bool = False,
         num_items_in_batch: Tensor | int | None = None,
     ) -> Tensor | tuple[Tensor, Any]:
-        """L_cl on the target batch plus, in training, the objective's reference term (evaluation: L_cl).
+        """L_cl on the target batch plus, in training, the reference term (evaluation: L_cl alone).
 
-        With `separate_backward`, the reference term is back-propagated here, before the target batch's
-        forward (without DDP's gradient sync, which the target backward then does for both): the same
-        gradient as one backward of the sum, at the peak memory of the larger batch. The loss returned (and
-        logged) is the total either way.
+        With `separate_backward` (micro-batch accumulation; whole-batch accumulation back-propagates the
+        reference micro-batches on their own, `micro_batches`), the reference term is back-propagated
+        here, before the target batch's forward, without DDP's gradient sync (which the target backward does
+        for both): the same gradient as one backward of the sum, at the peak memory of the larger batch. The
+        loss returned (and logged) is the total either way.
         """
-        reference = None
-        if model.training and self.settings.uses_reference:
-            if self.settings.separate_backward:
-                with self.accelerator.no_sync(model):
-                    reference = self._reference_loss(model)
-                    self.accelerator.backward(reference / self.current_gradient_accumulation_steps)
-                reference = reference.detach()
-            else:
-                reference = self._reference_loss(model)
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True)
-        if reference is not None:
-            loss = loss + reference
+        reference = inputs.get("reference") if model.training else None
+        if reference is None or not self.settings.separate_backward:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        with self.accelerator.no_sync(model):
+            ref_loss = super().compute_loss(model, {"reference": reference})
+            self.accelerator.backward(ref_loss / self.current_gradient_accumulation_steps)
+        target = {key: value for key, value in inputs.items() if key != "reference"}
+        loss, outputs = super().compute_loss(model, target, return_outputs=True)
+        loss = loss + ref_loss.detach()
         return (loss, outputs) if return_outputs else loss
 
     def _next_reference(self) -> dict[str, Tensor]:
@@ -140,27 +217,26 @@ class DiVETrainer(ContrastiveTrainer):
             self._reference = ReferenceLoader(
                 self.reference_dataset,
                 self.reference_collator,
-                self.settings.reference_batch_size or self.args.per_device_train_batch_size,
+                self.reference_rows,
                 seed=self.args.seed,
                 rank=self.args.process_index,
                 world_size=self.args.world_size,
                 num_workers=self.args.dataloader_num_workers,
                 start=self._reference_start,
             )
-        return self._prepare_inputs(next(self._reference))
+        return next(self._reference)
 
-    def _reference_loss(self, model: nn.Module) -> Tensor:
-        """The weighted reference term of the objective on the next reference batch (stores its metrics)."""
-        settings, batch = self.settings, self._next_reference()
-        image, text = embed_pair(model, batch)
+    def _reference_term(self, embedded: dict[str, Tensor], targets: dict[str, Tensor]) -> Tensor:
+        """The weighted reference term of the objective (stores its metrics)."""
+        settings = self.settings
+        image, text = embedded["reference_image"], embedded["reference_text"]
         world = {"rank": self.args.process_index, "world_size": self.args.world_size}
         if settings.objective == "flyp_replay":
-            scale = self.accelerator.unwrap_model(model).logit_scale.exp()  # capped by LogitScaleCap
-            replay = self.loss_fn(image, text, scale, **world)
+            replay = self.contrastive_loss(image, text, embedded)
             self.store_metrics({"replay": replay})
             return settings.lambda_replay * replay
-        image_pre, text_pre = self.frozen.embed(batch, self.accelerator.unwrap_model(model))
-        diff_norm = (nn.functional.normalize(image.float(), dim=-1) - image_pre).norm(dim=-1).mean()
+        image_pre, text_pre = targets["reference_image_pre"], targets["reference_text_pre"]
+        diff_norm = difference_vectors(image, image_pre).norm(dim=-1).mean()  # mean ||u||, Eq. 4
         if settings.objective == "snd":
             snd = snd_loss(image, image_pre)
             self.store_metrics({"snd": snd, "diff_norm": diff_norm})

@@ -1,0 +1,114 @@
+"""One batch rule for every method (`hf_vrl.run.batch`): the global batch is the paper's on any process count
+that divides it; the micro-batch is memory; the run states what each loss term sees."""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_vrl.errors import UserError
+from hf_vrl.run.batch import plan_batches
+
+
+@pytest.mark.parametrize(
+    ("processes", "micro", "steps"),
+    [(1, 256, 16), (2, 256, 8), (8, 256, 2), (16, 256, 1), (32, 128, 1), (64, 64, 1)],
+)
+def test_a_global_batch_is_the_same_on_every_process_count_that_divides_it(processes, micro, steps):
+    plan = plan_batches(256, processes, global_batch_size=4096)
+    assert (plan.micro_batch, plan.accumulation_steps, plan.global_batch) == (micro, steps, 4096)
+    assert plan.loss_batch == 4096  # whole_batch: the loss sees the global batch
+    assert (plan.trainer_batch, plan.trainer_accumulation) == (256 * steps if micro == 256 else micro, 1)
+
+
+def test_whole_batch_splits_a_share_batch_size_does_not_divide():
+    plan = plan_batches(256, 2, global_batch_size=768)  # 384 per process: micro-batches of 192
+    assert (plan.micro_batch, plan.accumulation_steps, plan.global_batch) == (192, 2, 768)
+
+
+def test_micro_batch_accumulation_keeps_the_micro_batch_exact():
+    plan = plan_batches(16, 8, global_batch_size=256, accumulation="micro_batch")  # DCR's official run
+    assert (plan.micro_batch, plan.accumulation_steps, plan.loss_batch, plan.local_loss_batch) == (
+        16,
+        2,
+        128,
+        16,
+    )
+    assert (plan.trainer_batch, plan.trainer_accumulation) == (16, 2)
+    with pytest.raises(UserError, match="not a multiple of batch_size 16"):
+        plan_batches(16, 32, global_batch_size=256, accumulation="micro_batch")
+
+
+def test_a_process_count_that_does_not_divide_the_global_batch_is_refused_in_one_line():
+    with pytest.raises(UserError, match="cannot be shared by 3 processes") as error:
+        plan_batches(256, 3, global_batch_size=4096)
+    assert "\n" not in str(error.value)
+
+
+def test_without_a_global_batch_accumulation_steps_multiply_the_micro_batch():
+    plan = plan_batches(8, 2, gradient_accumulation_steps=3)
+    assert (plan.per_process, plan.global_batch, plan.loss_batch) == (24, 48, 48)
+    assert plan_batches(8, 2, gradient_accumulation_steps=3, accumulation="micro_batch").loss_batch == 16
+
+
+def run_print_config(capsys, monkeypatch, argv, processes: int):
+    from hf_vrl.run import main
+
+    monkeypatch.setenv("WORLD_SIZE", str(processes))
+    assert main(argv[0], ["--print-config", *argv[1:]]) == 0
+    return capsys.readouterr()
+
+
+def test_print_config_states_the_batch_and_what_each_loss_term_sees(capsys, monkeypatch):
+    out = run_print_config(
+        capsys, monkeypatch, ["diffclip", "--config", "diffclip-tiny", "--global-batch-size", "64"], 2
+    )
+    assert "64 per process and micro-batch" not in out.err
+    assert "x 2 process(es) = 64 per optimiser step" in out.err
+    assert "CLIP loss: 64 pairs (63 negatives each)" in out.err
+    out = run_print_config(
+        capsys,
+        monkeypatch,
+        ["diffclip", "--config", "diffclip-tiny", "--global-batch-size", "64", "--batch-size", "16"],
+        1,
+    )
+    assert "16 per process and micro-batch x 4 micro-batches (whole_batch accumulation)" in out.err
+    assert "CLIP loss: 64 pairs" in out.err
+    out = run_print_config(
+        capsys,
+        monkeypatch,
+        ["diffclip", "--config", "diffclip-tiny", "--global-batch-size", "64", "--batch-size", "16",
+         "--accumulation", "micro_batch"],
+        1,
+    )  # fmt: skip
+    assert "CLIP loss: 16 pairs (15 negatives each): every process's samples of one micro-step" in out.err
+
+
+def test_dive_reference_batch_is_global_and_stated(capsys, monkeypatch):
+    argv = ["dive", "--config", "dive-b16", "--dataset", "digits", "--reference-dataset", "digits"]
+    out = run_print_config(capsys, monkeypatch, argv, 8)
+    assert "64 per process and micro-batch x 1 micro-batches (whole_batch accumulation) x 8" in out.err
+    assert "AVL, PVL: 512 reference pairs per evaluation (B' = 512 per optimiser step)" in out.err
+    assert "m (Eq. 6): updated once per optimiser step" in out.err
+
+
+def test_dcr_refuses_whole_batch_accumulation(capsys, monkeypatch):
+    from hf_vrl.run import main
+
+    with pytest.raises(UserError, match="DCR's loss is per micro-batch"):
+        main("dcr", ["--print-config", "--accumulation", "whole_batch"])
+    out = run_print_config(capsys, monkeypatch, ["dcr", "--global-batch-size", "64"], 1)
+    assert "grid of one process's micro-batch" in out.err and "not gathered across processes" in out.err
+
+
+def test_the_run_log_states_the_batch(tmp_path, caplog):
+    import logging
+
+    import hf_vrl
+
+    with caplog.at_level(logging.INFO, logger="hf_vrl.run"):
+        hf_vrl.train(
+            "diffclip", max_steps=1, train_limit=32, batch_size=8, global_batch_size=16, eval_before=False,
+            eval_after=False, figures=False, output_dir=str(tmp_path / "run"),
+        )  # fmt: skip
+    assert "8 per process and micro-batch x 2 micro-batches (whole_batch accumulation)" in caplog.text
+    assert "CLIP loss: 16 pairs (15 negatives each)" in caplog.text

@@ -1,0 +1,190 @@
+"""Whole-batch accumulation (GradCache, `hf_vrl.accumulation`): k micro-batches of B give the loss and the
+gradient of one batch of kB; plain accumulation does not (the test can tell them apart); dropout draws the
+same masks in the recomputation; BatchNorm buffers move once per micro-batch."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load_file, save_file
+from test_trainer import PairDataset, collate, tiny_clip, training_args
+from torch import nn
+from transformers import TrainerCallback
+
+from hf_vrl.accumulation import concat_outputs, split_batch, whole_batch_backward
+from hf_vrl.trainer import ContrastiveTrainer, VRLTrainingArguments
+
+
+class GradientRecorder(TrainerCallback):
+    """The parameter gradients of every optimiser step, just before the step."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, torch.Tensor]] = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.steps.append(
+            {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        )
+
+
+def vrl_args(out_dir, **kwargs) -> VRLTrainingArguments:
+    return VRLTrainingArguments(**{**training_args(out_dir).to_dict(), **kwargs, "output_dir": str(out_dir)})
+
+
+def one_step(trainer) -> tuple[float, dict[str, torch.Tensor]]:
+    recorder = GradientRecorder()
+    trainer.add_callback(recorder)
+    trainer.train()
+    return trainer.state.log_history[0]["loss"], recorder.steps[0]
+
+
+def assert_same_gradients(a: dict, b: dict, rtol: float = 1e-9, atol: float = 1e-12) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=rtol, atol=atol, msg=name)
+
+
+def relative_gap(a: dict, b: dict) -> float:
+    num = sum(((a[n] - b[n]) ** 2).sum() for n in a)
+    return float(torch.sqrt(num / sum((b[n] ** 2).sum() for n in b)))
+
+
+# -- the pieces ---------------------------------------------------------------------------------------------
+
+
+def test_split_batch_cuts_every_tensor_and_repeats_the_rest():
+    batch = {
+        "x": torch.arange(6),
+        "nested": {"y": torch.arange(12).view(6, 2)},
+        "scalar": torch.tensor(3),
+        "n": 1,
+    }
+    parts = split_batch(batch, 3)
+    assert [p["x"].tolist() for p in parts] == [[0, 1], [2, 3], [4, 5]]
+    assert parts[2]["nested"]["y"].tolist() == [[8, 9], [10, 11]]
+    assert all(p["scalar"].item() == 3 and p["n"] == 1 for p in parts)
+    with pytest.raises(ValueError, match="not a multiple of 4"):
+        split_batch(batch, 4)
+
+
+def test_concat_outputs_joins_rows_and_keeps_one_shared_value():
+    chunks = [
+        {"a": torch.tensor([1.0]), "s": torch.tensor(5.0)},
+        {"a": torch.tensor([2.0]), "b": torch.ones(1)},
+    ]
+    merged = concat_outputs(chunks, shared={"s"})
+    assert merged["a"].tolist() == [1.0, 2.0] and merged["s"].item() == 5.0 and merged["b"].tolist() == [1.0]
+
+
+class Noisy(nn.Module):
+    """A linear map with dropout and BatchNorm: the recomputation must draw the same masks, and the running
+    statistics must move once per micro-batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(4, 3, dtype=torch.float64)
+        self.norm = nn.BatchNorm1d(3, dtype=torch.float64)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.norm(self.linear(x)))
+
+
+def coupled_loss(out):
+    """A loss that couples the rows: log-sum-exp over the whole batch."""
+    return {"loss": torch.logsumexp(out["y"].sum(dim=1), dim=0)}
+
+
+def test_recomputation_replays_dropout_and_buffers_move_once_per_micro_batch():
+    x = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    model = Noisy().train()
+    by_hand = Noisy().train()
+    torch.manual_seed(7)  # by hand: the micro-batches one after another, with gradient, one backward
+    outputs = [by_hand(chunk) for chunk in x.chunk(4)]
+    coupled_loss({"y": torch.cat(outputs)})["loss"].backward()
+    torch.manual_seed(7)
+    values = whole_batch_backward(
+        model,
+        split_batch({"x": x}, 4),
+        {"x": x},
+        embed=lambda m, chunk: {"y": m(chunk["x"])},
+        loss_targets=lambda m, chunk: {},
+        objective=lambda out, targets, batch: coupled_loss(out),
+        backward=torch.Tensor.backward,
+        no_sync=contextlib.nullcontext,
+    )
+    torch.testing.assert_close(values["loss"], coupled_loss({"y": torch.cat(outputs)})["loss"].detach())
+    for (name, param), want in zip(model.named_parameters(), by_hand.parameters()):
+        torch.testing.assert_close(param.grad, want.grad, rtol=1e-12, atol=1e-14, msg=name)
+    torch.testing.assert_close(model.norm.running_mean, by_hand.norm.running_mean, rtol=1e-12, atol=0)
+    assert int(model.norm.num_batches_tracked) == 4
+
+
+# -- CLIP's loss through the Trainer ---------------------------------------------------------------------
+
+
+def clip_step(out_dir, per_device: int, micro: int | None = None, accumulation_steps: int = 1):
+    trainer = ContrastiveTrainer(
+        model=tiny_clip().double(),
+        args=vrl_args(
+            out_dir,
+            per_device_train_batch_size=per_device,
+            gradient_accumulation_steps=accumulation_steps,
+            micro_batch_size=micro,
+            max_steps=1,
+            optim="sgd",
+            learning_rate=0.1,
+        ),
+        train_dataset=PairDataset(8),
+        data_collator=collate,
+    )
+    return one_step(trainer)
+
+
+def test_clip_loss_over_micro_batches_is_the_loss_of_the_whole_batch(tmp_path):
+    loss, grads = clip_step(tmp_path / "one", per_device=8)
+    whole_loss, whole = clip_step(tmp_path / "whole", per_device=8, micro=2)
+    plain_loss, plain = clip_step(tmp_path / "plain", per_device=2, accumulation_steps=4)
+    assert whole_loss == pytest.approx(loss, rel=1e-12)
+    assert_same_gradients(whole, grads)
+    assert "logit_scale" in whole  # the shared output's gradient reached its parameter
+    # plain accumulation is another objective (2 pairs per loss): a real difference, not rounding
+    assert relative_gap(plain, grads) > 1e-2 and abs(plain_loss - loss) > 1e-2
+
+
+def test_micro_batch_size_must_divide_the_batch(tmp_path):
+    with pytest.raises(ValueError, match="must divide"):
+        vrl_args(tmp_path, per_device_train_batch_size=8, micro_batch_size=3)
+
+
+# -- two processes ----------------------------------------------------------------------------------------
+
+
+def whole_batch_worker(rank: int, port: int, out_dir: str) -> None:
+    """One rank of 2: 4 pairs in 2 micro-batches, the CLIP loss over both processes' 8; rank 0 writes."""
+    import os
+
+    from _dist_worker import _shutdown
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
+    )
+    torch.set_num_threads(1)
+    loss, grads = clip_step(out_dir, per_device=4, micro=2)
+    if rank == 0:
+        save_file({**grads, "loss": torch.tensor(loss)}, os.path.join(out_dir, "grads.safetensors"))
+    _shutdown()
+
+
+def test_two_processes_with_micro_batches_equal_one_process_over_the_global_batch(tmp_path):
+    from _dist_worker import free_port
+
+    loss, grads = clip_step(tmp_path / "one", per_device=8)
+    mp.spawn(whole_batch_worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+    two = load_file(str(tmp_path / "grads.safetensors"))
+    assert two.pop("loss").item() == pytest.approx(loss, rel=1e-6)  # the log averages float32 per-rank losses
+    assert_same_gradients(two, grads, rtol=1e-9, atol=1e-12)
