@@ -122,3 +122,97 @@ def test_published_models_load_back_from_their_cards(diffclip_run, dcr_run, dive
         expected = _expected(runs[method], method, what, photo)
         got = torch.tensor(results[f"me/{method}-{what}"]["output"])
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+RUN_LINES = """
+import importlib.abc, json, re, sys
+from pathlib import Path
+
+class RefuseHfVrl(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_vrl" or name.startswith("hf_vrl."):
+            raise ImportError("hf_vrl must not be needed to load a published model")
+
+sys.meta_path.insert(0, RefuseHfVrl())
+import transformers
+from PIL import Image
+
+repos, zero_shot = json.loads(sys.argv[1]), sys.argv[2]
+results = {"lines": {}}
+for repo_id, folder in repos.items():
+    card = Path(folder, "README.md").read_text()
+    for line in sorted(set(re.findall(r"\\b(Auto\\w+\\.from_pretrained\\([^`\\n]*?\\))", card))):
+        scope = {line.split(".", 1)[0]: getattr(transformers, line.split(".", 1)[0])}
+        loaded = eval(line.replace(f'"{repo_id}"', repr(folder)), scope)
+        results["lines"][f"{repo_id}: {line}"] = type(loaded).__name__
+classifier = transformers.pipeline(
+    "zero-shot-image-classification", model=repos[zero_shot], trust_remote_code=True
+)
+scores = classifier(Image.open("photo.jpg"), candidate_labels=["a photo of a circle", "a photo of a square"])
+results["pipeline"] = {"model": type(classifier.model).__name__, "scores": scores}
+processor = transformers.AutoProcessor.from_pretrained(repos[zero_shot], trust_remote_code=True)
+results["processor"] = type(processor).__name__
+results["hf_vrl imported"] = "hf_vrl" in sys.modules
+Path("lines.json").write_text(json.dumps(results))
+"""
+
+
+def test_every_loading_line_of_the_cards_and_the_zero_shot_pipeline_run_without_hf_vrl(
+    diffclip_run, dcr_run, clue_run, tmp_path
+):
+    """Each `Auto*.from_pretrained(...)` a card prints (the exports' lines with `subfolder=` included) runs
+    as printed, and DiffCLIP serves the zero-shot pipeline and AutoProcessor, where hf_vrl cannot be
+    imported, with no prompt for remote code (stdin is closed: a prompt would fail the line)."""
+    published = {
+        "me/diffclip": publish(diffclip_run, "me/diffclip", dry_run=True, staging_dir=tmp_path / "diffclip"),
+        "me/dcr": publish(
+            dcr_run,
+            "me/dcr",
+            exports=["dcr-model", "vision-tower"],
+            dry_run=True,
+            staging_dir=tmp_path / "dcr",
+        ),
+        "me/clue": publish(
+            clue_run, "me/clue", exports=["backbone"], dry_run=True, staging_dir=tmp_path / "c"
+        ),
+    }
+    repos = {repo: str(p.staging_dir) for repo, p in published.items()}
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(
+        tmp_path / "photo.jpg"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": "",
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "HF_HOME": str(tmp_path / "hf_home"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_LINES, json.dumps(repos), "me/diffclip"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "lines.json").read_text())
+    assert results["hf_vrl imported"] is False
+    lines = results["lines"]
+    export_line = 'AutoModel.from_pretrained("me/dcr", subfolder="exports/dcr-model", trust_remote_code=True)'
+    assert lines[f"me/dcr: {export_line}"] == "DCRModel"
+    assert "AutoTokenizer" in " ".join(lines) and "CLIPTokenizer" in set(lines.values())
+    assert results["pipeline"]["model"] == "DiffCLIPModel"
+    scores = results["pipeline"]["scores"]
+    assert {s["label"] for s in scores} == {"a photo of a circle", "a photo of a square"}
+    assert abs(sum(s["score"] for s in scores) - 1) < 1e-5
+    assert results["processor"] == "CLIPProcessor"
+
+
+def test_staged_files_carry_no_machine_state(diffclip_run, clue_run, tmp_path):
+    diffclip = publish(
+        diffclip_run, "me/diffclip", dry_run=True, staging_dir=tmp_path / "diffclip"
+    ).staging_dir
+    tokenizer_config = json.loads((diffclip / "tokenizer_config.json").read_text())
+    assert not {"local_files_only", "is_local", "cache_dir"} & set(tokenizer_config)
+    assert tokenizer_config["tokenizer_class"] == "CLIPTokenizer"
+    clue = publish(clue_run, "me/clue", dry_run=True, staging_dir=tmp_path / "clue").staging_dir
+    config = json.loads((clue / "config.json").read_text())
+    assert not str(config["backbone_config"].get("_name_or_path", "")).startswith(("runs", "/", "."))
+    assert str(tmp_path.parent) not in json.dumps(config)

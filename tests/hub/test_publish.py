@@ -11,6 +11,7 @@ from huggingface_hub import ModelCard
 
 from hf_vrl.errors import UserError
 from hf_vrl.hub import publish
+from hf_vrl.hub.publish import MACHINE_STATE_FILES, _clean, _without_machine_state
 
 PROCESSOR = {"preprocessor_config.json"}
 TOKENIZER = {"tokenizer.json", "tokenizer_config.json"}
@@ -18,7 +19,7 @@ RECORD = {"README.md", "run/config.json", "run/report.json"}
 EXPECTED = {
     ("diffclip", "final"): {
         "config.json", "model.safetensors", "configuration_diffclip.py", "modeling_diffclip.py",
-        "figures/attention.png", *PROCESSOR, *TOKENIZER, *RECORD,
+        "figures/attention.png", "processor_config.json", *PROCESSOR, *TOKENIZER, *RECORD,
     },
     ("dcr", "final"): {"config.json", "model.safetensors", *PROCESSOR, *TOKENIZER, *RECORD},
     ("dcr", "vision-tower"): {"config.json", "model.safetensors", *PROCESSOR, *RECORD},
@@ -74,7 +75,11 @@ def test_uploads_exactly_the_model_its_processors_code_and_card_in_one_commit(ru
     assert hub.files(repo) == EXPECTED[method, what] == set(publication.files)
     assert not any(name.endswith((".bin", ".pt", ".pth", ".pkl")) for name in hub.files(repo))
     for name in EXPECTED[method, what] - RECORD:
-        assert (hub.repo(repo) / name).read_bytes() == _source(run, what, name).read_bytes(), name
+        uploaded, source = hub.repo(repo) / name, _source(run, what, name)
+        if name in MACHINE_STATE_FILES:  # the run's file without the saving machine's state
+            assert json.loads(uploaded.read_text()) == _clean(json.loads(source.read_text())), name
+        else:
+            assert uploaded.read_bytes() == source.read_bytes(), name
     card = ModelCard.load(hub.repo(repo) / "README.md")
     assert card.data.pipeline_tag == PIPELINES[method, what] and card.data.library_name == "transformers"
     remote = "auto_map" in json.loads((hub.repo(repo) / "config.json").read_text())
@@ -158,6 +163,7 @@ def test_an_hf_vrl_model_saved_without_its_code_gets_it(diffclip_run, tmp_path, 
     uploaded = json.loads((hub.repo("me/x") / "config.json").read_text())
     assert uploaded.pop("auto_map") == {
         "AutoConfig": "configuration_diffclip.DiffCLIPConfig", "AutoModel": "modeling_diffclip.DiffCLIPModel",
+        "AutoModelForZeroShotImageClassification": "modeling_diffclip.DiffCLIPModel",
     }  # fmt: skip
     assert uploaded == config and json.loads(config_file.read_text()) == config  # the run is untouched
     assert "custom_code" in ModelCard.load(hub.repo("me/x") / "README.md").data.tags
@@ -265,3 +271,23 @@ def test_an_existing_card_is_replaced_only_when_asked(diffclip_run, hub):
     assert hub.calls.count("upload_folder") == 1
     publish(diffclip_run, "me/x", api=hub.api, overwrite_card=True)
     assert hub.calls.count("upload_folder") == 2
+
+
+def test_staged_json_files_lose_machine_state_and_local_source_paths(tmp_path):
+    source = tmp_path / "run" / "config.json"
+    source.parent.mkdir()
+    saved = {
+        "backbone_config": {"_name_or_path": "runs/clue/inputs/backbone", "model_type": "resnet"},
+        "text_config": {"_name_or_path": "openai/clip-vit-base-patch32"},
+        "local_files_only": True,
+    }
+    source.write_text(json.dumps(saved))
+    staged = tmp_path / "staged" / "config.json"
+    staged.parent.mkdir()
+    staged.symlink_to(source)
+    _without_machine_state(staged)
+    assert not staged.is_symlink() and json.loads(source.read_text()) == saved  # the run is left alone
+    assert json.loads(staged.read_text()) == {
+        "backbone_config": {"_name_or_path": "", "model_type": "resnet"},
+        "text_config": {"_name_or_path": "openai/clip-vit-base-patch32"},
+    }

@@ -13,8 +13,10 @@ SECRET = "hf_NotARealTokenButTreatItAsOne123"
 
 @pytest.fixture
 def hub_client(monkeypatch, hub):
-    """`HfApi()` as `hf-vrl push` builds it: the autospec'd fake, the constructor's arguments recorded."""
+    """`HfApi()` as `hf-vrl push` builds it: the autospec'd fake, the constructor's arguments recorded. The
+    fake Hub is reachable: HF_HUB_OFFLINE (set for every test) is lifted, or push would refuse to upload."""
     made = []
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
 
     def factory(*args, **kwargs):
         made.append((args, kwargs))
@@ -35,11 +37,12 @@ def test_dry_run_stages_and_lists_the_upload_without_a_client(diffclip_run, hub_
         "model.safetensors",
         "modeling_diffclip.py",
         "figures/attention.png",
+        "processor_config.json",
         "run/report.json",
     )
     for name in names:
         assert f"  {name} " in out and (stage / name).is_file()
-    assert "11 files" in out and f"staged in {stage}" in out and hub_client == []
+    assert "12 files" in out and f"staged in {stage}" in out and hub_client == []
 
 
 def test_staging_dir_needs_dry_run(diffclip_run, hub_client, tmp_path, capsys):

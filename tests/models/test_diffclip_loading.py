@@ -42,6 +42,7 @@ def test_save_then_fresh_process_remote_code_load_is_identical(tmp_path):
     assert config["auto_map"] == {
         "AutoConfig": "configuration_diffclip.DiffCLIPConfig",
         "AutoModel": "modeling_diffclip.DiffCLIPModel",
+        "AutoModelForZeroShotImageClassification": "modeling_diffclip.DiffCLIPModel",  # the pipeline's class
     }
     assert config["model_type"] == "diffclip" and config["text_config"]["model_type"] == "diffclip_text_model"
 

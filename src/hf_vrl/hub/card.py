@@ -63,6 +63,16 @@ def build_model_card(
     )
 
 
+# the Hub's inference widget of a CLIP-like model: an image and the labels to score it against
+ZERO_SHOT_WIDGET = [
+    {
+        "src": "https://huggingface.co/datasets/mishig/sample_images/resolve/main/cat-dog-music.png",
+        "candidate_labels": "a photo of a cat, a photo of a dog, a photo of a circle, a photo of a square",
+        "example_title": "Cat and dog",
+    }
+]
+
+
 def model_card(
     folder: ModelFolder,
     repo_id: str,
@@ -88,12 +98,12 @@ def model_card(
         pipeline_tag=folder.pipeline_tag,
         tags=["hf_vrl", method.name, *method.tags] + (["custom_code"] if folder.remote_code else []),
         base_model=base,
-        datasets=datasets
-        or list(dict.fromkeys(d.hub_id for d in (train, evaluation, mmvp) if d and d.hub_id))
-        or None,
+        # `datasets` is the training data; what the model was scored on is in the model-index
+        datasets=datasets or ([train.hub_id] if train and train.hub_id else None),
         license=license or _license(base),
         model_name=repo_id.split("/")[-1],
         eval_results=results or None,
+        widget=ZERO_SHOT_WIDGET if folder.pipeline_tag == "zero-shot-image-classification" else None,
     )
     values = _template_values(folder, repo_id, config, report, method, base, (train, evaluation, mmvp))
     values["contents"] = _contents(folder, repo_id, exports)
@@ -264,12 +274,14 @@ def _schedule(optim: Mapping[str, Any]) -> str:
 
 
 def _batch(optim: Mapping[str, Any]) -> str:
-    text = f"{optim.get('batch_size')} per device"
+    text = f"micro-batches of up to {optim.get('batch_size')} per device"
     if optim.get("global_batch_size"):
         text += f", {optim['global_batch_size']} per optimiser step"
     elif optim.get("gradient_accumulation_steps"):
         text += f" × {optim['gradient_accumulation_steps']} accumulation steps"
-    return text
+    if optim.get("accumulation") == "micro_batch":
+        return text + " (each micro-batch's loss over its own samples)"
+    return text + " (the loss over the whole step's batch)" if optim.get("accumulation") else text
 
 
 def _training_table(config: Mapping[str, Any], report: Mapping[str, Any]) -> str:

@@ -44,7 +44,11 @@ METHOD_CARDS: dict[str, MethodCard] = {
         MethodCard(
             "dive", ("clip", "robust-fine-tuning", "vision-language"), base_model_setting="model.pretrained"
         ),
-        MethodCard("clue", ("self-supervised-learning", "fine-grained", "image-feature-extraction")),
+        MethodCard(
+            "clue",
+            ("self-supervised-learning", "fine-grained", "image-feature-extraction"),
+            base_model_setting="model.backbone",
+        ),
     )
 }
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from hf_vrl.errors import UserError
 from hf_vrl.hub.card import model_card
-from hf_vrl.hub.data_names import without_paths
+from hf_vrl.hub.data_names import is_hub_id, without_paths
 from hf_vrl.hub.folder import ModelFolder
 from hf_vrl.hub.remote_code import write_remote_code
 
@@ -163,6 +163,7 @@ def _stage(
     for name, export in exports.items():
         _stage_model(staging / "exports" / name, export)
         publication.left_out += [f"exports/{name}/{file}" for file in export.left_out()]
+        _code_at_root(staging, staging / "exports" / name)
     if folder.run.figures.is_dir():
         _link({f"figures/{p.name}": p for p in sorted(folder.run.figures.glob("*.png"))}, staging)
     record = staging / RUN_RECORD
@@ -185,6 +186,62 @@ def _stage_model(target: Path, folder: ModelFolder) -> None:
     _link(files, target)
     if folder.needs_code:
         write_remote_code(folder.path, target)
+    for name in MACHINE_STATE_FILES:
+        _without_machine_state(target / name)
+
+
+# files whose saved values can describe the machine that saved them; keys (at any depth) left out of them
+MACHINE_STATE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json")
+MACHINE_STATE_KEYS = frozenset({"local_files_only", "is_local", "cache_dir", "token", "use_auth_token"})
+
+
+def _without_machine_state(file: Path) -> None:
+    """Replace the staged `file` (a link into the run) by a copy without what only meant something on the
+    machine that saved it: loading options (`local_files_only`, `is_local`, `cache_dir`, tokens) and
+    `_name_or_path` values that are local paths (a sub-config's source, e.g. CLUE's `runs/.../backbone`)."""
+    if not file.is_file():
+        return
+    data = json.loads(file.read_text())
+    cleaned = _clean(data)
+    if cleaned != data:
+        file.unlink()
+        file.write_text(json.dumps(cleaned, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    cleaned = {}
+    for key, item in value.items():
+        if key in MACHINE_STATE_KEYS:
+            continue
+        if key == "_name_or_path" and isinstance(item, str) and item and not _hub_id(item):
+            item = ""
+        cleaned[key] = _clean(item)
+    return cleaned
+
+
+def _hub_id(name: str) -> bool:
+    return is_hub_id(name) and not Path(name).exists()
+
+
+def _code_at_root(staging: Path, export: Path) -> None:
+    """A copy of an export's remote code at the repo root: transformers reads the code files an `auto_map`
+    names from the root whatever `subfolder` says, so `AutoModel.from_pretrained(repo,
+    subfolder="exports/<name>", trust_remote_code=True)` needs them there. A root file of the same name with
+    other contents is refused."""
+    for code in sorted(export.glob("*.py")):
+        root = staging / code.name
+        if not root.exists():
+            shutil.copyfile(code, root)
+        elif root.read_bytes() != code.read_bytes():
+            raise UserError(
+                f"exports/{export.name}/{code.name} differs from the model's {code.name}; transformers "
+                "loads an export's remote code from the repo root, so publish that export in a repository "
+                "of its own"
+            )
 
 
 def _link(files: dict[str, Path], target: Path) -> None:

@@ -78,6 +78,15 @@ def _listing(publication: Publication) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE and not args.dry_run:
+        from hf_vrl.errors import UserError
+
+        raise UserError(
+            "hf-vrl push uploads to the Hugging Face Hub, but HF_HUB_OFFLINE=1 is set: unset it to upload, "
+            "or add --dry-run to see what would be uploaded"
+        )
     publication = publish(
         args.run_dir,
         args.repo_id,

@@ -55,5 +55,7 @@ def write_remote_code(model_dir: Path, target: Path) -> list[str]:
     written = custom_object_save(model, target, config=recorded) + custom_object_save(
         config, target, recorded
     )
+    for auto_class in getattr(model, "extra_auto_classes", ()):  # DiffCLIP: the zero-shot pipeline's class
+        recorded["auto_map"].setdefault(auto_class, recorded["auto_map"]["AutoModel"])
     (target / "config.json").write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
     return sorted({Path(f).name for f in written} | {"config.json"})

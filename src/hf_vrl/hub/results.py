@@ -11,9 +11,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_vrl.hub import markdown
-from hf_vrl.hub.data_names import DataName
+from hf_vrl.hub.data_names import DataName, describe_dataset
 
-__all__ = ["METRICS", "CardMetric", "eval_results", "protocols", "results_table"]
+__all__ = [
+    "METRICS",
+    "PER_DATASET",
+    "CardMetric",
+    "eval_results",
+    "index_names",
+    "protocols",
+    "results_table",
+]
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,8 @@ class CardMetric:
     name: str
     percent: bool = True  # a fraction shown as a percentage; else a plain number
     labels: str | None = None  # the label column scored when it is not `label` (model-index dataset config)
+    metric_config: str | None = None  # how `metric_type` was computed (top-k, recall at k, averaging)
+    indexed: bool = True  # in `model-index` (a mean over several datasets is not: each set is, on its own)
 
     def value(self, stage: Mapping[str, Any]) -> float | None:
         value = (stage.get(self.section) or {}).get(self.key)
@@ -39,41 +49,79 @@ class CardMetric:
         return f"{100 * value:.1f} %" if self.percent else f"{value:.3f}"
 
 
+# `task_type`s are Hub task ids (the pipeline tags hf.co/tasks lists); embedding-quality scores (retrieval,
+# clustering, class centres, RSA, pair discrimination) belong to image-feature-extraction, the task of the
+# published encoders. `metric_type`s are Hub metric ids where one fits (accuracy, recall, pearsonr), with
+# `metric_config` saying which variant.
 _ZS = ("zero-shot-image-classification", "Zero-shot classification")
-_RET = ("image-text-retrieval", "Image-text retrieval")
-_CLU = ("image-clustering", "Zero-shot clustering (k-means)")
-_FINE = ("image-clustering", "Zero-shot clustering (k-means), fine labels")
-_NCC = ("nearest-class-centre", "Nearest class centre (CLUE §3.1)")
+_OOD = ("zero-shot-image-classification", "Zero-shot classification, distribution shifts")
+_TRANSFER = ("zero-shot-image-classification", "Zero-shot classification, transfer datasets")
+_RET = ("image-feature-extraction", "Image-text retrieval")
+_I2I = ("image-feature-extraction", "Image-image retrieval")
+_CLU = ("image-feature-extraction", "Zero-shot clustering (k-means)")
+_FINE = ("image-feature-extraction", "Zero-shot clustering (k-means), fine labels")
+_NCC = ("image-feature-extraction", "Nearest class centre (CLUE §3.1)")
+_PROBE = ("image-classification", "Linear probe")
+_MMVP = ("zero-shot-image-classification", "MMVP pairs")
+_PAIRS = ("image-feature-extraction", "MMVP image pairs (DCR P-ability, vision only)")
+_RSA = ("image-feature-extraction", "RSA (DiVE)")
 
 METRICS: tuple[CardMetric, ...] = (
     CardMetric("zero_shot", "top1", *_ZS, "accuracy", "top-1 accuracy"),
-    CardMetric("zero_shot", "top5", *_ZS, "top_5_accuracy", "top-5 accuracy"),
-    CardMetric("zero_shot", "mean_per_class_recall", *_ZS, "mean_per_class_recall", "mean per-class recall"),
-    CardMetric("retrieval", "i2t_R@1", *_RET, "recall@1", "image→text R@1"),
-    CardMetric("retrieval", "i2t_R@5", *_RET, "recall@5", "image→text R@5"),
-    CardMetric("retrieval", "t2i_R@1", *_RET, "recall@1", "text→image R@1"),
-    CardMetric("retrieval", "t2i_R@5", *_RET, "recall@5", "text→image R@5"),
+    CardMetric("zero_shot", "top5", *_ZS, "accuracy", "top-5 accuracy", metric_config="top_k=5"),
+    CardMetric(
+        "zero_shot",
+        "mean_per_class_recall",
+        *_ZS,
+        "recall",
+        "mean per-class recall",
+        metric_config="average=macro",
+    ),
+    CardMetric("ood", "top1", *_OOD, "accuracy", "top-1 accuracy, mean over the sets", indexed=False),
+    CardMetric(
+        "transfer", "top1", *_TRANSFER, "accuracy", "top-1 accuracy, mean over the sets", indexed=False
+    ),
+    CardMetric("retrieval", "i2t_R@1", *_RET, "recall", "image→text R@1", metric_config="k=1"),
+    CardMetric("retrieval", "i2t_R@5", *_RET, "recall", "image→text R@5", metric_config="k=5"),
+    CardMetric("retrieval", "t2i_R@1", *_RET, "recall", "text→image R@1", metric_config="k=1"),
+    CardMetric("retrieval", "t2i_R@5", *_RET, "recall", "text→image R@5", metric_config="k=5"),
+    CardMetric("retrieval", "i2i_R@1", *_I2I, "recall", "image→image R@1", metric_config="k=1"),
+    CardMetric("retrieval", "i2i_R@5", *_I2I, "recall", "image→image R@5", metric_config="k=5"),
     CardMetric("clustering", "nmi", *_CLU, "nmi", "NMI"),
     CardMetric("clustering", "acc", *_CLU, "accuracy", "accuracy (Hungarian)"),
     CardMetric("clustering", "ari", *_CLU, "ari", "ARI"),
     CardMetric("clustering_fine", "nmi", *_FINE, "nmi", "NMI", labels="fine_label"),
     CardMetric("clustering_fine", "acc", *_FINE, "accuracy", "accuracy (Hungarian)", labels="fine_label"),
     CardMetric("clustering_fine", "ari", *_FINE, "ari", "ARI", labels="fine_label"),
-    CardMetric("linear_probe", "accuracy", "image-classification", "Linear probe", "accuracy", "accuracy"),
-    CardMetric("mmvp", "accuracy", "image-text-matching", "MMVP pairs", "accuracy", "pair accuracy"),
-    CardMetric(
-        "mmvp", "statement_accuracy", "image-text-matching", "MMVP pairs", "accuracy", "statement accuracy"
-    ),
-    CardMetric(
-        "rsa", "image", "representation-similarity", "RSA (DiVE)", "pearsonr", "image embeddings", False
-    ),
-    CardMetric(
-        "rsa", "text", "representation-similarity", "RSA (DiVE)", "pearsonr", "text embeddings", False
-    ),
+    CardMetric("linear_probe", "accuracy", *_PROBE, "accuracy", "accuracy"),
+    CardMetric("linear_probe", "top1", *_PROBE, "accuracy", "top-1 accuracy"),  # CLUE's evaluation
+    CardMetric("mmvp", "accuracy", *_MMVP, "accuracy", "pair accuracy"),
+    CardMetric("mmvp", "statement_accuracy", *_MMVP, "accuracy", "statement accuracy"),
+    CardMetric("pairs", "accuracy", *_PAIRS, "accuracy", "pair accuracy"),
+    CardMetric("pairs", "statement_accuracy", *_PAIRS, "accuracy", "view accuracy"),
+    CardMetric("rsa", "image", *_RSA, "pearsonr", "image embeddings", False),
+    CardMetric("rsa", "text", *_RSA, "pearsonr", "text embeddings", False),
     CardMetric("granularity", "ncc_fine", *_NCC, "accuracy", "NCC accuracy, fine classes"),
     CardMetric("granularity", "ncc_coarse", *_NCC, "accuracy", "NCC accuracy, coarse classes"),
     CardMetric("granularity", "cdnv_all", *_NCC, "cdnv", "CDNV, fine classes (lower is tighter)", False),
 )
+# the model-index groups results by task type and dataset and keeps one task name per group: the names it
+# records (`index_names`)
+TASK_NAMES = {
+    "zero-shot-image-classification": "Zero-shot image classification",
+    "image-classification": "Image classification",
+    "image-feature-extraction": "Image features",
+}
+
+
+def index_names(metric: CardMetric) -> tuple[str, str]:
+    """(task name, metric name) of `metric` in the model-index: the task type's name, and the card table's
+    task and metric, so that every number keeps its meaning in its task-and-dataset group."""
+    return TASK_NAMES[metric.task_type], f"{metric.task_name}: {metric.name}"
+
+
+# the sections scored on several datasets, one number per dataset beside the mean (DiVE's ood / transfer)
+PER_DATASET = {"ood": _OOD, "transfer": _TRANSFER}
 
 
 def _shown(report: Mapping[str, Any]) -> list[CardMetric]:
@@ -113,22 +161,40 @@ def eval_results(
     results = []
     for m in METRICS:
         value = m.value(after)
-        if value is None:
+        if value is None or not m.indexed:
             continue
-        dataset = mmvp if m.section == "mmvp" and mmvp is not None else data
+        dataset = mmvp if m.section in ("mmvp", "pairs") and mmvp is not None else data
         if dataset is None:
             continue
+        task_name, metric_name = index_names(m)
         results.append(
             EvalResult(
                 task_type=m.task_type,
-                task_name=m.task_name,
+                task_name=task_name,
                 dataset_type=dataset.type,
                 dataset_name=dataset.name,
                 dataset_config=m.labels,
                 dataset_split=None if dataset is mmvp else split,
                 metric_type=m.metric_type,
-                metric_name=m.name,
+                metric_name=metric_name,
+                metric_config=m.metric_config,
                 metric_value=round(value, 4),
             )
         )
+    for section, (task_type, task_name) in PER_DATASET.items():
+        for name, value in (after.get(section) or {}).items():
+            if name == "top1" or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            dataset = describe_dataset(name) or DataName(name, name)
+            results.append(
+                EvalResult(
+                    task_type=task_type,
+                    task_name=TASK_NAMES[task_type],
+                    dataset_type=dataset.type,
+                    dataset_name=dataset.name,
+                    metric_type="accuracy",
+                    metric_name=f"{task_name}: top-1 accuracy",
+                    metric_value=round(float(value), 4),
+                )
+            )
     return results

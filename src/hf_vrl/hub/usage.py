@@ -71,7 +71,8 @@ def load_info(folder: ModelFolder, repo_id: str, subfolder: str | None = None) -
         classes.add("AutoImageProcessor")
     dual = folder.dual_encoder and any(name in files for name in TOKENIZER_FILES)
     if dual:
-        lines.append(f"tokenizer = AutoTokenizer.from_pretrained({where})")
+        # AutoTokenizer reads the model's config.json: remote code there needs the same permission
+        lines.append(f"tokenizer = AutoTokenizer.from_pretrained({where}{trust})")
         classes.add("AutoTokenizer")
     example = _DUAL if dual else _VISION.format(output=FEATURE_OUTPUTS.get(architecture, "pooler_output"))
     if IMAGE_PROCESSOR not in files:  # no preprocessing to show: the loading lines alone

@@ -48,6 +48,11 @@ class CLUEOutput(ModelOutput):
     part_assignments (`torch.FloatTensor` `[..., num_parts, h, w]`):
         The soft assignment alpha_uk of every location to every part, on the feature grid (Fig. 6), when
         `output_part_assignments=True`.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`):
+        The branch's backbone hidden states (ResNet: the stem's and every stage's output; ViT: the embeddings'
+        and every layer's).
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned when `output_attentions=True`):
+        The ViT backbone's attention maps, one per layer (ResNet backbones have none and refuse the flag).
     """
 
     features: torch.FloatTensor | None = None
@@ -55,6 +60,8 @@ class CLUEOutput(ModelOutput):
     part_descriptors: torch.FloatTensor | None = None
     text_embeds: torch.FloatTensor | None = None
     part_assignments: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 class CLUEHead(nn.Module):
@@ -208,24 +215,30 @@ class CLUEModel(CLUEPreTrainedModel):
             torch._foreach_add_(target_params, list(online.parameters()), alpha=1.0 - momentum)
 
     def backbone_features(
-        self, pixel_values: torch.Tensor, momentum: bool = False
+        self, pixel_values: torch.Tensor, momentum: bool = False, **backbone_kwargs
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
-        """(global feature h `[B, C]`, local descriptors f_u `[B, N, C]`, their grid (h, w)) of one view."""
+        """(global feature h `[B, C]`, local descriptors f_u `[B, N, C]`, their grid (h, w)) of one view; with
+        `backbone_kwargs` (`output_hidden_states` / `output_attentions`) the backbone's output as a fourth."""
         backbone = self.momentum_backbone if momentum else self.backbone
-        hidden = backbone(pixel_values=pixel_values).last_hidden_state
+        outputs = backbone(pixel_values=pixel_values, **backbone_kwargs)
+        hidden = outputs.last_hidden_state
         if self.config.backbone_config.model_type == "vit":
             patch = self.config.backbone_config.patch_size
             grid = (pixel_values.shape[-2] // patch, pixel_values.shape[-1] // patch)
-            return hidden[:, 0], hidden[:, 1:], grid
-        grid = (hidden.shape[-2], hidden.shape[-1])
-        return hidden.mean(dim=(-2, -1)), hidden.flatten(2).transpose(1, 2), grid
+            result = hidden[:, 0], hidden[:, 1:], grid
+        else:
+            grid = (hidden.shape[-2], hidden.shape[-1])
+            result = hidden.mean(dim=(-2, -1)), hidden.flatten(2).transpose(1, 2), grid
+        return (*result, outputs) if backbone_kwargs else result
 
     def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
         """The online backbone's global feature h `[B, C]`: the representation CLUE learns."""
         return self.backbone_features(pixel_values)[0]
 
-    def _view(self, pixel_values: torch.Tensor, momentum: bool, output_part_assignments: bool) -> CLUEOutput:
-        features, local, grid = self.backbone_features(pixel_values, momentum)
+    def _view(
+        self, pixel_values: torch.Tensor, momentum: bool, output_part_assignments: bool, flags: dict
+    ) -> CLUEOutput:
+        features, local, grid, backbone_output = self.backbone_features(pixel_values, momentum, **flags)
         projector = self.momentum_projector if momentum else self.projector
         embeddings = projector(features)
         if not momentum:
@@ -242,6 +255,8 @@ class CLUEModel(CLUEPreTrainedModel):
             part_descriptors=parts,
             text_embeds=text,
             part_assignments=assignments if output_part_assignments else None,
+            hidden_states=backbone_output.hidden_states if flags["output_hidden_states"] else None,
+            attentions=backbone_output.attentions if flags.get("output_attentions") else None,
         )
 
     def forward(
@@ -249,32 +264,54 @@ class CLUEModel(CLUEPreTrainedModel):
         pixel_values: torch.Tensor,
         momentum: bool = False,
         output_part_assignments: bool = False,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> CLUEOutput | tuple:
         """One branch (online, or momentum with `momentum=True`) on `[B, 3, H, W]` images or `[B, V, 3, H, W]`
-        views; views run one at a time, so BatchNorm sees each view's own statistics (as ReSA)."""
+        views; views run one at a time, so BatchNorm sees each view's own statistics (as ReSA). The backbone's
+        hidden states / attention maps when asked (or set in the config), stacked over views as the other
+        outputs; a ResNet backbone has no attention maps and refuses `output_attentions=True`."""
+        flags = self._output_flags(output_hidden_states, output_attentions)
         if pixel_values.dim() == 4:
-            output = self._view(pixel_values, momentum, output_part_assignments)
+            output = self._view(pixel_values, momentum, output_part_assignments, flags)
         elif pixel_values.dim() == 5:
             views = [
-                self._view(pixel_values[:, v], momentum, output_part_assignments)
+                self._view(pixel_values[:, v], momentum, output_part_assignments, flags)
                 for v in range(pixel_values.shape[1])
             ]
-            output = CLUEOutput(
-                **{
-                    key: None
-                    if getattr(views[0], key) is None
-                    else torch.stack([getattr(view, key) for view in views], dim=1)
-                    for key in CLUEOutput.__dataclass_fields__
-                }
-            )
+            output = CLUEOutput(**{key: _stack_views(views, key) for key in CLUEOutput.__dataclass_fields__})
         else:
             raise ValueError(
                 f"pixel_values must be [B, 3, H, W] or [B, V, 3, H, W], got {tuple(pixel_values.shape)}"
             )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
+
+    def _output_flags(self, output_hidden_states: bool | None, output_attentions: bool | None) -> dict:
+        """The backbone's output flags: the arguments, else the config's; attention maps only from a ViT."""
+        config = self.config
+        hidden = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        attentions = config.output_attentions if output_attentions is None else output_attentions
+        if config.backbone_config.model_type != "vit":
+            if output_attentions:
+                raise ValueError(
+                    f"output_attentions=True: CLUE's {config.backbone_config.model_type} backbone has no "
+                    "attention maps (a ViT backbone has)"
+                )
+            return {"output_hidden_states": bool(hidden)}
+        return {"output_hidden_states": bool(hidden), "output_attentions": bool(attentions)}
+
+
+def _stack_views(views: list[CLUEOutput], key: str):
+    """One output of every view stacked on dim 1 (a tuple of tensors: each stacked)."""
+    first = getattr(views[0], key)
+    if first is None:
+        return None
+    if isinstance(first, tuple):
+        return tuple(torch.stack(group, dim=1) for group in zip(*(getattr(view, key) for view in views)))
+    return torch.stack([getattr(view, key) for view in views], dim=1)
 
 
 CLUEModel.register_for_auto_class("AutoModel")  # save_pretrained ships modeling_clue.py (trust_remote_code)

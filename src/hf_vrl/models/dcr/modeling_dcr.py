@@ -51,11 +51,17 @@ class DCRModelOutput(ModelOutput):
         The UNet condition c = h_omega(z) in the configured `condition_mode`.
     last_hidden_state (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`):
         The vision tower's last hidden state.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`):
+        The vision tower's hidden states: the embeddings' output, then every layer's.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned when `output_attentions=True`):
+        The vision tower's attention maps, one per layer (eager attention only, as in transformers).
     """
 
     image_embeds: torch.FloatTensor | None = None
     conditions: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 class DCRProjector(nn.Module):
@@ -84,17 +90,32 @@ class DCRPreTrainedModel(PreTrainedModel):
         "CLIPVisionEmbeddings",
         "SiglipEncoderLayer",
         "SiglipVisionEmbeddings",
+        # nn.MultiheadAttention reads its out_proj's weight without calling it: one block for device maps
+        "SiglipMultiheadAttentionPoolingHead",
     ]
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
 
+    def _initialize_weights(self, module, *args, **kwargs):
+        """Run `_init_weights` on every module not yet initialised. transformers >= 5.x otherwise skips, in
+        custom code, any module whose own tensors are all loaded or that owns none (the projector, the model
+        itself with a loaded `null_text_embeds`), so the rules set there would never run. The
+        `transformers.initialization` helpers leave loaded tensors alone themselves."""
+        super()._initialize_weights(module)
+
     @torch.no_grad()
     def _init_weights(self, module):
         """Projector: LayerNorm (1, 0), linears N(0, initializer_range); CLIP's projection init; zero null
-        embeds; the towers' position-id buffers (never in a checkpoint; transformers 5.0 left them unset)."""
+        embeds; the towers' position-id buffers (never in a checkpoint; transformers 5.0 left them unset);
+        the tower's weights missing from a checkpoint by the tower's own rule (CLIP's, SigLIP's), which
+        transformers' custom-code pass skips for modules owning no tensors of their own (MLP, attention)."""
         super()._init_weights(module)
+        tower = getattr(module, "vision_model", None)
+        if isinstance(module, DCRModel) and isinstance(tower, PreTrainedModel) and init is not torch.nn.init:
+            for submodule in reversed(list(tower.modules())):  # children first, as transformers does
+                tower._init_weights(submodule)
         if isinstance(getattr(module, "position_ids", None), torch.Tensor):
             module.position_ids.copy_(
                 torch.arange(module.position_ids.shape[-1]).expand_as(module.position_ids)
@@ -148,9 +169,9 @@ class DCRModel(DCRPreTrainedModel):
             )
         self.null_text_embeds.copy_(embeds.to(self.null_text_embeds))
 
-    def _embed(self, pixel_values: torch.Tensor, with_patches: bool) -> tuple[torch.Tensor, ...]:
-        """Image embedding z (and patch embeddings in the same space when asked)."""
-        outputs = self.vision_model(pixel_values=pixel_values)
+    def _embed(self, pixel_values: torch.Tensor, with_patches: bool, **tower_kwargs) -> tuple:
+        """Image embedding z, patch embeddings in the same space when asked, and the tower's outputs."""
+        outputs = self.vision_model(pixel_values=pixel_values, **tower_kwargs)
         hidden = outputs.last_hidden_state
         if self.visual_projection is None:
             if outputs.pooler_output is None:
@@ -158,12 +179,12 @@ class DCRModel(DCRPreTrainedModel):
                     "the SigLIP tower needs vision_use_head=True: DCR conditions on its pooled output"
                 )
             patches = hidden if with_patches else None
-            return outputs.pooler_output, patches, hidden
+            return outputs.pooler_output, patches, outputs
         embeds = self.visual_projection(outputs.pooler_output)
         patches = None
         if with_patches:
             patches = self.visual_projection(self.vision_model.post_layernorm(hidden[:, 1:]))
-        return embeds, patches, hidden
+        return embeds, patches, outputs
 
     def _select_patches(self, patches: torch.Tensor) -> torch.Tensor:
         """Keep `patch_token_ratio` of the patch tokens (Table 7): random subset in training, strided in
@@ -216,11 +237,34 @@ class DCRModel(DCRPreTrainedModel):
         """The image embedding z `[B, image_embed_dim]` (what D-ability clustering and MMVP scoring use)."""
         return self._embed(pixel_values, with_patches=False)[0]
 
-    def forward(self, pixel_values: torch.Tensor, **kwargs) -> DCRModelOutput:
-        with_patches = self.config.condition_mode == "cls_patches"
-        image_embeds, patch_embeds, hidden = self._embed(pixel_values, with_patches)
-        conditions = self.build_conditions(image_embeds, patch_embeds)
-        return DCRModelOutput(image_embeds=image_embeds, conditions=conditions, last_hidden_state=hidden)
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> DCRModelOutput | tuple:
+        """z, the conditions c and the tower's last hidden state; the tower's hidden states and attention maps
+        when asked (or set in the config), a tuple with `return_dict=False`, as transformers models do."""
+        config = self.config
+        flags = {
+            "output_hidden_states": config.output_hidden_states
+            if output_hidden_states is None
+            else output_hidden_states,
+            "output_attentions": config.output_attentions if output_attentions is None else output_attentions,
+        }
+        with_patches = config.condition_mode == "cls_patches"
+        image_embeds, patch_embeds, tower = self._embed(pixel_values, with_patches, **flags)
+        output = DCRModelOutput(
+            image_embeds=image_embeds,
+            conditions=self.build_conditions(image_embeds, patch_embeds),
+            last_hidden_state=tower.last_hidden_state,
+            hidden_states=tower.hidden_states if flags["output_hidden_states"] else None,
+            attentions=tower.attentions if flags["output_attentions"] else None,
+        )
+        return_dict = config.return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
 
     @classmethod
     def from_clip(

@@ -227,7 +227,8 @@ class DiffCLIPConfig(PretrainedConfig):
 
     text_config (`dict` or `DiffCLIPTextConfig`, *optional*): the text tower.
     vision_config (`dict` or `DiffCLIPVisionConfig`, *optional*): the vision tower.
-    projection_dim (`int`, defaults to 512): width of the joint embedding space.
+    projection_dim (`int`, *optional*): width of the joint embedding space; unset, the towers' value (where
+        given towers agree), else 512.
     logit_scale_init_value (`float`, defaults to 2.6592): initial log of the logit multiplier, log(1/0.07).
     diff_attention_in_text (`bool`, *optional*): `False` gives DiffCLIP† (differential attention in the
         vision tower only, plain CLIP attention in the text tower). `None` reads
@@ -253,7 +254,7 @@ class DiffCLIPConfig(PretrainedConfig):
         self,
         text_config: dict | DiffCLIPTextConfig | None = None,
         vision_config: dict | DiffCLIPVisionConfig | None = None,
-        projection_dim: int = 512,
+        projection_dim: int | None = None,
         logit_scale_init_value: float = 2.6592,
         initializer_factor: float = 1.0,
         diff_attention_in_text: bool | None = None,
@@ -262,6 +263,8 @@ class DiffCLIPConfig(PretrainedConfig):
         initializer_style: str | None = None,
         **kwargs,
     ):
+        if projection_dim is None:
+            projection_dim = _towers_value("projection_dim", text_config, vision_config, default=512)
         shared = {
             "projection_dim": projection_dim,
             "lambda_init": lambda_init,
@@ -279,6 +282,21 @@ class DiffCLIPConfig(PretrainedConfig):
         self.lambda_init_schedule = lambda_init_schedule
         self.initializer_style = initializer_style
         super().__init__(**kwargs)
+
+
+def _towers_value(field: str, text_config, vision_config, default):
+    """The value of `field` the given sub-configs agree on (a dict only where it holds the key), else
+    `default`; sub-configs holding different values are refused (set the top-level value)."""
+    values = {}
+    for key, tower in (("text_config", text_config), ("vision_config", vision_config)):
+        if isinstance(tower, PretrainedConfig):
+            values[key] = getattr(tower, field)
+        elif tower and field in tower:
+            values[key] = tower[field]
+    if len(set(values.values())) > 1:
+        found = ", ".join(f"{key}.{field}={value!r}" for key, value in values.items())
+        raise ValueError(f"{found} differ; set the top-level {field} (or make them equal).")
+    return next(iter(values.values()), default)
 
 
 def _tower_config(config_class: type, key: str, tower, shared: dict) -> DiffCLIPTowerConfig:

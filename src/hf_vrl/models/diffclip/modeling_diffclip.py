@@ -135,7 +135,7 @@ class DiffCLIPVisionEmbeddings(nn.Module):
     def interpolate_pos_encoding(self, embeddings: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """Bicubically resize the patch position embeddings to a `height` × `width` image (as CLIP)."""
         num_patches = embeddings.shape[1] - 1
-        position_embedding = self.position_embedding.weight.unsqueeze(0)
+        position_embedding = self.position_embedding(self.position_ids)  # the module's forward: offload hooks
         num_positions = position_embedding.shape[1] - 1
         if not torch.jit.is_tracing() and num_patches == num_positions and height == width:
             return self.position_embedding(self.position_ids)
@@ -311,14 +311,29 @@ def kernel_differential_attention_forward(
 
 class DiffCLIPRMSNorm(nn.Module):
     """RMSNorm over a differential head's 2·head_dim output, normalised and scaled by its learnable weight in
-    float32 (the released DiffCLIP / unilm `RMSNorm`); returns the input's dtype."""
+    float32 (the released DiffCLIP / unilm `RMSNorm`); returns the input's dtype.
+
+    Given `out_2` and `lambda_full` it computes the fused differential tail instead (`DifferentialTail` of
+    `hidden_states` = A1·V, `out_2` = A2·V, λ, its weight, `scale`): the weight is read inside this module's
+    forward either way, so hooks that load it there (accelerate's CPU / disk offload) always see it loaded."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        out_2: torch.Tensor | None = None,
+        lambda_full: torch.Tensor | None = None,
+        scale: float = 1.0,
+    ) -> torch.Tensor:
+        if out_2 is not None:
+            use_triton = triton is not None and hidden_states.is_cuda and not torch.compiler.is_compiling()
+            return DifferentialTail.apply(
+                hidden_states, out_2, lambda_full, self.weight, scale, self.eps, use_triton
+            )
         x = hidden_states.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return (x * self.weight.float()).to(hidden_states.dtype)
@@ -497,10 +512,7 @@ def differential_tail(
     compiled), or with `fused=False` the plain `differential_tail_reference`."""
     if not fused:
         return differential_tail_reference(out_1, out_2, lambda_full, norm, lambda_init)
-    use_triton = triton is not None and out_1.is_cuda and not torch.compiler.is_compiling()
-    return DifferentialTail.apply(
-        out_1, out_2, lambda_full, norm.weight, 1.0 - lambda_init, norm.eps, use_triton
-    )
+    return norm(out_1, out_2, lambda_full, 1.0 - lambda_init)
 
 
 class DiffCLIPAttention(nn.Module):
@@ -560,10 +572,15 @@ class DiffCLIPAttention(nn.Module):
         """Q, K, V `[B, N, D]`, by default as one matrix product on CUDA (one read of the input, one kernel
         each way; the concatenated weight is a small copy next to a training batch's activations) and as
         three on the CPU (where that copy, kept for backward, would outweigh a small batch's activations).
-        Always three when q/k/v are not plain `nn.Linear`s (LoRA, quantised layers)."""
+        Always three when q/k/v are not plain `nn.Linear`s (LoRA, quantised layers) or carry hooks that load
+        their weights in their own forward (accelerate's offload: the weights are on `meta` until then)."""
         layers = (self.q_proj, self.k_proj, self.v_proj)
         fused = hidden_states.is_cuda if fused is None else fused
-        if not fused or any(type(layer) is not nn.Linear for layer in layers):
+        plain = all(
+            type(layer) is nn.Linear and not hasattr(layer, "_hf_hook") and not layer.weight.is_meta
+            for layer in layers
+        )
+        if not fused or not plain:
             return tuple(layer(hidden_states) for layer in layers)
         weight = torch.cat([layer.weight for layer in layers])
         bias = torch.cat([layer.bias for layer in layers])
@@ -713,7 +730,7 @@ class DiffCLIPPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module):
         """Each tower by its `initializer_style`: CLIP's init (`"clip"`) or the released DiffCLIP's
         (`"release"`); both give λ vectors ~ N(0, lambda_std), RMSNorm weights 1 and the projections
-        N(0, width^-0.5)."""
+        N(0, width^-0.5), `logit_scale` its configured initial value."""
         super()._init_weights(module)
         factor = self.config.initializer_factor
         tower_config = getattr(module, "config", None)
@@ -743,6 +760,7 @@ class DiffCLIPPreTrainedModel(PreTrainedModel):
         elif isinstance(module, DiffCLIPModel):
             _init_child_weight(module.text_projection, module.text_embed_dim**-0.5 * factor)
             _init_child_weight(module.visual_projection, module.vision_embed_dim**-0.5 * factor)
+            init.constant_(module.logit_scale, self.config.logit_scale_init_value)
         elif isinstance(module, DiffCLIPVisionModelWithProjection):
             _init_child_weight(module.visual_projection, self.config.hidden_size**-0.5 * factor)
         elif isinstance(module, DiffCLIPTextModelWithProjection):
@@ -918,6 +936,20 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
         self.text_projection = nn.Linear(self.text_embed_dim, self.projection_dim, bias=False)
         self.logit_scale = nn.Parameter(torch.tensor(self.config.logit_scale_init_value))
         self.post_init()
+
+    # besides AutoModel, what `auto_map` names this class for: the zero-shot pipeline loads with it
+    extra_auto_classes = ("AutoModelForZeroShotImageClassification",)
+
+    def save_pretrained(self, save_directory, *args: Any, **kwargs: Any):
+        """`PreTrainedModel.save_pretrained`, with `auto_map` also naming this class for
+        `AutoModelForZeroShotImageClassification`, so that `pipeline("zero-shot-image-classification",
+        model=folder, trust_remote_code=True)` runs without hf_vrl."""
+        reference = f"{type(self).__module__.rsplit('.', 1)[-1]}.{type(self).__name__}"
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for auto_class in self.extra_auto_classes:
+            auto_map.setdefault(auto_class, reference)
+        self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @classmethod
     def from_clip(cls, clip_model_or_path: Any, **kwargs: Any) -> "DiffCLIPModel":

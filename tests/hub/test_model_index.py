@@ -1,0 +1,89 @@
+"""The model-index a card records, checked against the model card spec and read back: every headline number
+of a report (CLUE's linear probe top-1 and image-image retrieval, DiVE's distribution-shift and transfer
+sets, DCR's image pairs) survives report -> card -> `ModelCard.load` with its value and its meaning."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard, ModelCardData
+from transformers.pipelines import SUPPORTED_TASKS
+
+from hf_vrl.hub.data_names import describe_dataset, describe_mmvp
+from hf_vrl.hub.results import METRICS, eval_results
+
+REPORTS = {
+    "clue": {
+        "linear_probe": {"top1": 0.8125, "C": 1.0},
+        "retrieval": {"i2i_R@1": 0.5, "i2i_R@5": 0.875},
+        "granularity": {"ncc_fine": 0.75, "ncc_coarse": 0.9, "cdnv_all": 0.12},
+    },
+    "dive": {
+        "zero_shot": {"top1": 0.61},
+        "ood": {"top1": 0.4, "fashion_mnist": 0.3, "digits": 0.5},
+        "transfer": {"top1": 0.25, "animal_mnist": 0.25},
+        "rsa": {"image": 0.8, "text": 0.7},
+    },
+    "dcr": {
+        "clustering": {"nmi": 0.3, "acc": 0.4, "ari": 0.2},
+        "pairs": {"accuracy": 0.6, "statement_accuracy": 0.7, "protocol": "pairs"},
+        "mmvp": {"accuracy": 0.2, "statement_accuracy": 0.55, "protocol": "MMVP-VLM"},
+    },
+    "diffclip": {
+        "zero_shot": {"top1": 0.5, "top5": 0.9, "mean_per_class_recall": 0.45},
+        "retrieval": {"i2t_R@1": 0.1, "i2t_R@5": 0.3, "t2i_R@1": 0.2, "t2i_R@5": 0.4},
+    },
+}
+# the Hub's metric ids for what hf_vrl reports (hf.co/metrics), and the cluster scores that have none
+METRIC_IDS = {"accuracy", "recall", "pearsonr"}
+UNINDEXED_SCORES = {"nmi", "ari", "cdnv"}
+
+
+def _round_trip(report: dict) -> list:
+    results = eval_results({"after": report}, describe_dataset("shapes"), "test", describe_mmvp("toy"))
+    data = ModelCardData(model_name="model", eval_results=results)
+    card = ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n# model\n")
+    with tempfile.TemporaryDirectory() as folder:
+        card.save(Path(folder) / "README.md")
+        return ModelCard.load(Path(folder) / "README.md").data.eval_results
+
+
+@pytest.mark.parametrize("method", sorted(REPORTS))
+def test_every_headline_number_survives_the_round_trip(method):
+    report = REPORTS[method]
+    loaded = _round_trip(report)
+    values = sorted(r.metric_value for r in loaded)
+    expected = [
+        value
+        for section, numbers in report.items()
+        for key, value in numbers.items()
+        if isinstance(value, float) and key != "C" and not (section in ("ood", "transfer") and key == "top1")
+    ]
+    assert values == sorted(expected)
+    names = [(r.task_name, r.metric_name, r.dataset_type) for r in loaded]
+    assert len(set(names)) == len(names)  # no two numbers under one name
+
+
+@pytest.mark.parametrize("method", sorted(REPORTS))
+def test_the_model_index_follows_the_spec(method):
+    for result in _round_trip(REPORTS[method]):
+        assert result.task_type in SUPPORTED_TASKS, result.task_type
+        assert result.metric_type in METRIC_IDS | UNINDEXED_SCORES, result.metric_type
+        assert result.dataset_type and result.dataset_name and result.task_name
+
+
+def test_dive_sets_and_dcr_pairs_are_recorded_on_their_own_data():
+    dive = {(r.dataset_type, r.metric_value) for r in _round_trip(REPORTS["dive"])}
+    assert {("zalando-datasets/fashion_mnist", 0.3), ("digits", 0.5), ("animal_mnist", 0.25)} <= dive
+    dcr = {r.metric_value: r.dataset_type for r in _round_trip(REPORTS["dcr"])}
+    assert dcr[0.6] == dcr[0.7] == "shapes-mmvp" and dcr[0.3] == "shapes"
+
+
+def test_recall_at_k_and_top_k_say_which_k():
+    by_key = {(m.section, m.key): m for m in METRICS}
+    assert by_key["retrieval", "i2t_R@5"].metric_config == "k=5"
+    assert by_key["zero_shot", "top5"].metric_config == "top_k=5"
+    loaded = {r.metric_name: r.metric_config for r in _round_trip(REPORTS["diffclip"])}
+    assert loaded["Image-text retrieval: image→text R@5"] == "k=5"
