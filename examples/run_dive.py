@@ -1,7 +1,8 @@
 """DiVE and its baselines from one pre-trained CLIP, over seeds: one table of mean ± std.
 
     python examples/run_dive.py                     # dive-tiny: FLYP, FLYP + replay, SnD, WiSE-FT, DiVE
-    python examples/run_dive.py --seeds 0 1 2       # three seeds: mean ± std (sample std over seeds)
+    python examples/run_dive.py --seeds 0 1 2       # three seeds: mean ± std (sample std over seeds), and
+                                                    # DiVE's paired t-tests against each method (App. F)
     python examples/run_dive.py --objectives flyp dive --max-steps 30   # other options go to every run
 
 Without arguments it runs the `dive-tiny` preset with each objective (`wise_ft` is the WiSE-FT ensemble of
@@ -56,6 +57,37 @@ def seed_table(rows: dict[str, list[dict]]) -> str:
     return text_table(table, left_columns=1)
 
 
+def paired_p_value(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p-value of the paired t-test of `a` against `b` (one pair per seed, App. F of the paper);
+    None with fewer than two pairs or when every difference is the same (no spread to test against)."""
+    from scipy.stats import ttest_rel
+
+    if len(a) != len(b):
+        raise ValueError(f"paired samples need one value per seed on both sides, got {len(a)} and {len(b)}")
+    differences = [x - y for x, y in zip(a, b)]
+    if len(a) < 2 or max(differences) == min(differences):
+        return None
+    return float(ttest_rel(a, b).pvalue)
+
+
+def paired_table(rows: dict[str, list[dict]], reference: str = "DiVE") -> str:
+    """Per method other than `reference`, per metric: the mean difference `reference` - method over seeds
+    (percentage points) and the paired t-test's two-sided p-value ("-" where it is undefined)."""
+    table = [["vs", *COLUMNS]]
+    for name, sections in rows.items():
+        if name == reference:
+            continue
+        cells = []
+        for metric in COLUMNS.values():
+            ours = [value(s, metric) for s in rows[reference]]
+            theirs = [value(s, metric) for s in sections]
+            p = paired_p_value(ours, theirs)
+            delta = statistics.mean(ours) - statistics.mean(theirs)
+            cells.append(f"{delta:+.1f} (p {'-' if p is None else f'{p:.3f}'})")
+        table.append([name, *cells])
+    return text_table(table, left_columns=1)
+
+
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -92,6 +124,9 @@ def run(argv: list[str] | None = None) -> int:
                 rows[NAMES["wise_ft"]].append(wise_ft["evaluation"])
     print(f"\nOne pre-trained model, seeds {args.seeds}; percent, mean ± std over seeds:")
     print(seed_table(rows))
+    if "dive" in args.objectives and len(args.seeds) > 1:
+        print(f"\nDiVE against each, paired over seeds {args.seeds}: mean difference, paired t-test p-value:")
+        print(paired_table(rows))
     return 0
 
 

@@ -129,7 +129,7 @@ def test_collator_errors(tokenizer, image_processor):
 
 
 def test_prompts():
-    assert caption_for("cat", 0) == "a photo of a cat." and caption_for("owl", 0) == "a photo of an owl."
+    assert caption_for("cat", 0) == "a photo of a cat." and caption_for("owl", 0) == "a photo of a owl."
     assert caption_for("cat", len(CAPTION_TEMPLATES) + 1) == caption_for("cat", 1)
     rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
     assert caption_for("cat", rng_a) == caption_for("cat", rng_b)
@@ -140,3 +140,27 @@ def test_prompts():
     assert all("{}" in t for t in ZERO_SHOT_TEMPLATES) and len(ZERO_SHOT_TEMPLATES) == 8
     with pytest.raises(TypeError):
         caption_for("cat", 1.5)
+
+
+def test_training_captions_and_evaluation_prompts_fill_templates_the_same_way():
+    """One rule, FLYP's and CLIP's: templates filled verbatim ("a photo of a owl."), in the captions of
+    labelled images, DiVE's FLYP captions and the default (clip_benchmark) zero-shot prompts; the article
+    rewriting is the "hf_vrl" protocol's named option only."""
+    from hf_vrl.data.prompts import fill_template, fill_template_with_article
+    from hf_vrl.evaluation import zero_shot_prompts
+    from hf_vrl.methods.dive.data import class_captions
+
+    names = ["owl", "apple", "cat"]
+    verbatim = [t.format(n) for n in names for t in CAPTION_TEMPLATES]
+    evaluation_fill = zero_shot_prompts().fill
+    assert [evaluation_fill(t, n) for n in names for t in CAPTION_TEMPLATES] == verbatim
+    assert [fill_template(t, n) for n in names for t in CAPTION_TEMPLATES] == verbatim
+    assert [caption_for(n, i) for n in names for i in range(len(CAPTION_TEMPLATES))] == verbatim
+    k = len(CAPTION_TEMPLATES)
+    dive = class_captions(
+        [y for y in range(3) for _ in range(k)], names, CAPTION_TEMPLATES, list(range(k)) * 3
+    )
+    assert dive == verbatim
+    assert set(captions_for_labels([0, 1, 2] * 20, names, 0)) <= set(verbatim)
+    assert fill_template_with_article("a photo of a {}.", "owl") == "a photo of an owl."
+    assert zero_shot_prompts("hf_vrl").fill is fill_template_with_article

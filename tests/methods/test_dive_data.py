@@ -21,8 +21,8 @@ def test_class_captions_hand_case():
     assert got == [
         "a photo of a cat.",
         "art of the owl.",
-        "a photo of an owl.",
-    ]  # 2 % 2 = 0; "an" before vowels
+        "a photo of a owl.",
+    ]  # 2 % 2 = 0; filled verbatim, as FLYP and the evaluation's prompts are
     with pytest.raises(ValueError, match="no class name"):
         class_captions([3], ["cat"], TEMPLATES, [0])
 

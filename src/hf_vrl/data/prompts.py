@@ -7,7 +7,11 @@ Zero-shot templates, by protocol (`hf_vrl.evaluation`):
   dataset without a set of its own gets ImageNet's 80, clip_benchmark's fallback. hf_vrl's own mappings
   (no OpenAI set exists for them): CUB-200 -> Birdsnap's bird template, scikit-learn digits -> MNIST's.
 - "hf_vrl" (the earlier default, kept as an option): `ZERO_SHOT_TEMPLATES`, 8 templates filled by
-  `fill_template` ("a {}" -> "an {}" before a vowel).
+  `fill_template_with_article` ("a {}" -> "an {}" before a vowel).
+
+The one filling rule everywhere else (training captions of labelled images, DiVE's FLYP captions, the
+clip_benchmark protocol): `fill_template`, verbatim, as OpenAI CLIP and FLYP fill templates ("a photo of a
+apple."), so that a model is evaluated on the very strings it was trained on.
 """
 
 from __future__ import annotations
@@ -371,6 +375,15 @@ DEFAULT_TEMPLATE_SET = "imagenet"  # clip_benchmark's fallback for a dataset wit
 _TEMPLATE_ALIASES: dict[str, str] = {
     "imagenet1k": "imagenet",
     "ilsvrc2012": "imagenet",
+    # ImageNet's distribution shifts are scored with ImageNet's 80 (WiSE-FT, FLYP, clip_benchmark)
+    "imagenetv2": "imagenet",
+    "imagenetv2matchedfrequency": "imagenet",
+    "imagenetsketch": "imagenet",
+    "imagenetr": "imagenet",
+    "imagenetrendition": "imagenet",
+    "imageneta": "imagenet",
+    "imagenetadversarial": "imagenet",
+    "objectnet": "imagenet",
     "cub": "birdsnap",
     "cub200": "birdsnap",
     "cub2002011": "birdsnap",
@@ -430,7 +443,13 @@ def clean_class_name(folder_name: str) -> str:
 
 
 def fill_template(template: str, class_name: str) -> str:
-    """`template` with `class_name` in place of "{}", "a {}" becoming "an {}" before a vowel."""
+    """`template` with `class_name` in place of "{}", verbatim (`str.format`): hf_vrl's one rule for captions
+    and zero-shot prompts alike, as OpenAI CLIP, FLYP and clip_benchmark fill them ("a photo of a apple.")."""
+    return template.format(class_name)
+
+
+def fill_template_with_article(template: str, class_name: str) -> str:
+    """The "hf_vrl" zero-shot protocol's fill (kept as an option): "a {}" becomes "an {}" before a vowel."""
     if class_name[:1].lower() in "aeiou":
         template = re.sub(r"\ba \{\}", "an {}", template)
     return template.format(class_name)
@@ -456,3 +475,82 @@ def captions_for_labels(labels: list[int] | np.ndarray, class_names: list[str], 
     rng = np.random.default_rng(seed)
     picks = rng.integers(len(CAPTION_TEMPLATES), size=len(labels))
     return [fill_template(CAPTION_TEMPLATES[p], class_names[int(y)]) for p, y in zip(picks, labels)]
+
+
+# -- ImageNet and its distribution shifts: OpenAI's class names, the OOD protocol of WiSE-FT / FLYP ----------
+
+# hf_vrl's name of each ImageNet-family set, by its other spellings (compared after `_normalise`)
+IMAGENET_FAMILY: dict[str, str] = {
+    "imagenet": "imagenet",
+    "imagenet1k": "imagenet",
+    "ilsvrc2012": "imagenet",
+    "imagenetv2": "imagenet-v2",
+    "imagenetv2matchedfrequency": "imagenet-v2",
+    "imagenetsketch": "imagenet-sketch",
+    "imagenetr": "imagenet-r",
+    "imagenetrendition": "imagenet-r",
+    "imageneta": "imagenet-a",
+    "imagenetadversarial": "imagenet-a",
+    "objectnet": "objectnet",
+}
+# the OOD sets scored on a 200-class subset of ImageNet's classes (the others on all 1000)
+IMAGENET_SUBSETS = {"imagenet-r": "IMAGENET_R_WNIDS", "imagenet-a": "IMAGENET_A_WNIDS"}
+
+
+def imagenet_family(dataset_name: str | None) -> str | None:
+    """hf_vrl's name of an ImageNet-family set ("imagenet", "imagenet-v2", "imagenet-sketch", "imagenet-r",
+    "imagenet-a", "objectnet") named by `dataset_name` in any spelling or registry form ("hf:.../imagenet-r",
+    "imagefolder:/data/imagenet-sketch"); None for any other set."""
+    if not dataset_name:
+        return None
+    prefix, _, target = dataset_name.partition(":")
+    candidates = [dataset_name, prefix] if target else [dataset_name]
+    candidates += reversed(PurePosixPath(target or dataset_name).parts)
+    for candidate in candidates:
+        member = IMAGENET_FAMILY.get(_normalise(candidate))
+        if member is not None:
+            return member
+    return None
+
+
+def imagenet_class_wnids(member: str | None = None) -> tuple[str, ...]:
+    """The WordNet ids of the classes `member` is scored on, in label order: the 200 of ImageNet-R / -A, else
+    all 1000."""
+    from hf_vrl.data import imagenet_classes
+
+    subset = IMAGENET_SUBSETS.get(member or "")
+    return getattr(imagenet_classes, subset) if subset else imagenet_classes.IMAGENET_WNIDS
+
+
+def imagenet_class_names(member: str | None = None) -> list[str]:
+    """OpenAI's curated names of the classes `member` is scored on (`imagenet_class_wnids`), in label
+    order."""
+    from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
+
+    index = {wnid: i for i, wnid in enumerate(IMAGENET_WNIDS)}
+    return [IMAGENET_CLASSNAMES[index[wnid]] for wnid in imagenet_class_wnids(member)]
+
+
+def openai_class_names(dataset_name: str | None, names: list[str] | None) -> list[str] | None:
+    """OpenAI's curated ImageNet class names for a dataset's labels `names`, or None to keep `names`.
+
+    The default of every ImageNet-family set (`imagenet_family`) and of any set whose classes are ImageNet
+    WordNet ids (image folders of ImageNet, -Sketch, -R, -A): wnids map to their names; 1000 labels (or 200
+    for ImageNet-R / -A) in the standard order, or ImageNet-V2's folders "0".."999", map by position."""
+    from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
+
+    if not names:
+        return None
+    index = {wnid: i for i, wnid in enumerate(IMAGENET_WNIDS)}
+    if all(name in index for name in names):
+        return [IMAGENET_CLASSNAMES[index[name]] for name in names]
+    member = imagenet_family(dataset_name)
+    if member is None or member == "objectnet":  # ObjectNet's 113 classes come with their own mapping
+        return None
+    if all(name.isdigit() for name in names) and all(int(name) < 1000 for name in names):
+        return [IMAGENET_CLASSNAMES[int(name)] for name in names]
+    if len(names) == len(imagenet_class_wnids(member)):
+        return imagenet_class_names(member)
+    if len(names) == 1000:
+        return list(IMAGENET_CLASSNAMES)
+    return None

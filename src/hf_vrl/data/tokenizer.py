@@ -24,7 +24,7 @@ from tokenizers.trainers import BpeTrainer
 from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
 from . import offline, toy
-from .prompts import CAPTION_TEMPLATES, ZERO_SHOT_TEMPLATES, fill_template
+from .prompts import CAPTION_TEMPLATES, ZERO_SHOT_TEMPLATES, fill_template_with_article
 
 BOS, EOS, PAD = "<|startoftext|>", "<|endoftext|>", "<|pad|>"
 SPECIAL_TOKENS = (BOS, EOS, PAD)
@@ -49,7 +49,10 @@ def toy_corpus() -> list[str]:
         *offline.DIGITS_CLASSES,
     ]
     templates = [*CAPTION_TEMPLATES, *ZERO_SHOT_TEMPLATES]
-    return toy.caption_vocabulary() + [fill_template(t, name) for name in names for t in templates]
+    # the shipped toy tokenizer was trained on the article form ("an owl"); kept so it rebuilds byte for byte
+    return toy.caption_vocabulary() + [
+        fill_template_with_article(t, name) for name in names for t in templates
+    ]
 
 
 def _byte_alphabet() -> list[str]:

@@ -16,7 +16,9 @@ from hf_vrl.metrics.ranking import cosine_scores, topk_hits
 Template = str | Callable[[str], str]
 
 
-def _fill(template: Template, name: str, fill: Callable[[str, str], str]) -> str:
+def fill_prompt(template: Template, name: str, fill: Callable[[str, str], str] = str.format) -> str:
+    """The prompt of `template` for class `name`: `template(name)` for a callable, else `fill(template, name)`
+    (the template must hold "{}")."""
     if callable(template):
         return template(name)
     if "{}" not in template:
@@ -41,7 +43,7 @@ def zero_shot_classifier(
         raise ValueError("zero_shot_classifier needs at least one prompt template")
     weights = []
     for name in class_names:
-        prompts = [_fill(t, name, fill) for t in templates]
+        prompts = [fill_prompt(t, name, fill) for t in templates]
         emb = l2_normalize(as_matrix(text_embed_fn(prompts), name="text embeddings"))
         if emb.shape[0] != len(prompts):
             raise ValueError(f"text_embed_fn returned {emb.shape[0]} rows for {len(prompts)} prompts")

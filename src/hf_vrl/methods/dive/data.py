@@ -74,6 +74,7 @@ class FLYPCollator:
     class_names: Sequence[str]
     templates: Sequence[str] | None = None
     max_length: int = 77
+    crop_scale: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         self.templates = list(self.templates or CAPTION_TEMPLATES)
@@ -85,9 +86,44 @@ class FLYPCollator:
         labels = [row[LABEL] for row in rows]
         picks = [_template_index(row, len(self.templates)) for row in rows]
         captions = class_captions(labels, self.class_names, self.templates, picks)
-        return self._collate.preprocess(
-            {"image": [row["image"] for row in rows], CAPTION: captions, LABEL: labels}
-        )
+        images = [row["image"] for row in rows]
+        if self.crop_scale is not None:
+            size = processor_size(self.image_processor)
+            images = [flyp_crop(row["image"], size, self.crop_scale, _crop_generator(row)) for row in rows]
+        return self._collate.preprocess({"image": images, CAPTION: captions, LABEL: labels})
+
+
+def processor_size(image_processor: Any) -> int:
+    """The square side an image processor outputs (its crop size, else its size)."""
+    for name in ("crop_size", "size"):
+        value = getattr(image_processor, name, None)
+        if isinstance(value, int):
+            return value
+        for key in ("height", "shortest_edge"):  # a dict (transformers 4) or a SizeDict (5)
+            side = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+            if side:
+                return int(side)
+    raise ValueError(f"cannot read the output size of {type(image_processor).__name__}")
+
+
+def flyp_crop(image: Any, size: int, scale: Sequence[float], generator: torch.Generator | None = None) -> Any:
+    """FLYP's training crop (its vendored CLIP `_transform(is_train=True)`): RandomResizedCrop(size, scale,
+    ratio 3/4-4/3) with bicubic resampling, on a PIL image."""
+    from PIL import Image
+
+    from hf_vrl.data.crop import random_resized_crop_box
+
+    image = image if image.mode == "RGB" else image.convert("RGB")
+    top, left, h, w = random_resized_crop_box(
+        image.height, image.width, (float(scale[0]), float(scale[1])), (3 / 4, 4 / 3), generator
+    )
+    return image.resize((size, size), Image.BICUBIC, box=(left, top, left + w, top + h))
+
+
+def _crop_generator(row: dict[str, Any]) -> torch.Generator | None:
+    """The crop's generator: from the row's seed (a stream apart from the template draw's), else global."""
+    seed = row.get(SAMPLE_SEED)
+    return None if seed is None else torch.Generator().manual_seed((int(seed) * 2654435761 + 1) % 2**63)
 
 
 @dataclass

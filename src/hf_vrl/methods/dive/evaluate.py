@@ -36,7 +36,9 @@ def flatten_report(report: Mapping[str, Any], tasks: Sequence[str]) -> dict[str,
     }
 
 
-def _zero_shot(model, image_processor, tokenizer, dataset, templates, batch_size) -> dict[str, float]:
+def _zero_shot(
+    model, image_processor, tokenizer, dataset, templates, batch_size, dataset_name=None
+) -> dict[str, float]:
     report = evaluate_clip(
         model,
         image_processor,
@@ -44,6 +46,7 @@ def _zero_shot(model, image_processor, tokenizer, dataset, templates, batch_size
         dataset,
         tasks=("zero_shot",),
         templates=templates,
+        dataset_name=dataset_name,
         batch_size=batch_size,
     )
     return flatten_report(report, ("zero_shot",))
@@ -56,9 +59,11 @@ def id_accuracy(
     dataset: Any,
     templates: Sequence[str] | None = None,
     batch_size: int = 64,
+    dataset_name: str | None = None,
 ) -> float:
     """Zero-shot top-1 accuracy on `dataset`: the WiSE-FT selection score on the ID validation set."""
-    return _zero_shot(model, image_processor, tokenizer, dataset, templates, batch_size)["zero_shot.top1"]
+    report = _zero_shot(model, image_processor, tokenizer, dataset, templates, batch_size, dataset_name)
+    return report["zero_shot.top1"]
 
 
 def _mean(groups: Mapping[str, Mapping[str, float]], key: str) -> float | None:
@@ -79,23 +84,28 @@ def evaluate_dive(
     templates: Sequence[str] | None = None,
     transfer_templates: Mapping[str, Sequence[str]] | None = None,
     batch_size: int = 64,
+    id_dataset_name: str | None = None,
 ) -> dict[str, Any]:
     """The paper's report for `model` (see the module docstring); sets left out are left out of it.
 
     `templates`: the caption templates of the target classes (ID and OOD); `transfer_templates`: per
     transfer set (default: `hf_vrl.data.prompts`' zero-shot ensemble). `rsa_dataset` needs `pretrained_model`.
+    Each set's name (`id_dataset_name`, the keys of the OOD and transfer mappings) picks its class names:
+    OpenAI's curated ImageNet names for the ImageNet family, ImageNet-R / -A on their 200 classes
+    (`hf_vrl.evaluation.imagenet_classes`).
     """
 
-    def zero_shot(dataset, prompts):
-        return _zero_shot(model, image_processor, tokenizer, dataset, prompts, batch_size)
+    def zero_shot(dataset, prompts, name=None):
+        return _zero_shot(model, image_processor, tokenizer, dataset, prompts, batch_size, name)
 
     report: dict[str, Any] = {}
     if id_dataset is not None:
-        report["id"] = zero_shot(id_dataset, templates)
-    report["ood"] = {name: zero_shot(ds, templates) for name, ds in (ood_datasets or {}).items()}
+        report["id"] = zero_shot(id_dataset, templates, id_dataset_name)
+    report["ood"] = {name: zero_shot(ds, templates, name) for name, ds in (ood_datasets or {}).items()}
     transfer_templates = transfer_templates or {}
     report["transfer"] = {
-        name: zero_shot(ds, transfer_templates.get(name)) for name, ds in (transfer_datasets or {}).items()
+        name: zero_shot(ds, transfer_templates.get(name), name)
+        for name, ds in (transfer_datasets or {}).items()
     }
     if rsa_dataset is not None:
         if pretrained_model is None:
@@ -135,15 +145,23 @@ def load_evaluation_sets(
 ) -> dict[str, Any]:
     """The OOD, transfer and RSA sets a `DiVESettings` names, from the data registry (map-style; streams are
     read up to `limit` samples, `settings.rsa_limit` for the RSA set), as keyword arguments of
-    `evaluate_dive`."""
+    `evaluate_dive`. An OOD set reads its own split and limit when `settings.ood_splits` / `ood_limits` name
+    it (FLYP's protocol: each ImageNet shift is one test split of its own size)."""
     from hf_vrl.evaluation import load_eval_dataset
 
     def load(name: str, n: int | None) -> Any:
         return load_eval_dataset(name, split=split, limit=n, image_size=image_size, seed=seed)
 
+    def load_ood(name: str) -> Any:  # each OOD set its own split and limit where the settings give them
+        splits, limits = getattr(settings, "ood_splits", {}), getattr(settings, "ood_limits", {})
+        n = limits.get(name, limit)
+        return load_eval_dataset(
+            name, split=splits.get(name, split), limit=n, image_size=image_size, seed=seed
+        )
+
     rsa = settings.rsa_dataset
     return {
-        "ood_datasets": {name: load(name, limit) for name in settings.ood_datasets},
+        "ood_datasets": {name: load_ood(name) for name in settings.ood_datasets},
         "transfer_datasets": {name: load(name, limit) for name in settings.zero_shot_datasets},
         "rsa_dataset": None if rsa is None else load(rsa, settings.rsa_limit),
     }
