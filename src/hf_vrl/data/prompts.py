@@ -418,15 +418,20 @@ def template_set_for(dataset_name: str | None) -> str | None:
     Accepts set names and their aliases in any case and spelling ("CIFAR-10", "fgvc_aircraft", "cars") and the
     data registry's names: "cub:<root>" is CUB; for "hf:<id>", "imagefolder:<dir>" and other paths the last
     path component that names a set wins ("hf:uoft-cs/cifar10" -> "cifar10")."""
+    return _named_in(dataset_name, _TEMPLATE_SETS)
+
+
+def _named_in(dataset_name: str | None, table: dict[str, str]) -> str | None:
+    """`table`'s value for the first of the name, its registry prefix, or a path component (last first)."""
     if not dataset_name:
         return None
     prefix, _, target = dataset_name.partition(":")
     candidates = [dataset_name, prefix] if target else [dataset_name]
     candidates += reversed(PurePosixPath(target or dataset_name).parts)
     for candidate in candidates:
-        key = _TEMPLATE_SETS.get(_normalise(candidate))
-        if key is not None:
-            return key
+        found = table.get(_normalise(candidate))
+        if found is not None:
+            return found
     return None
 
 
@@ -501,16 +506,7 @@ def imagenet_family(dataset_name: str | None) -> str | None:
     """hf_vrl's name of an ImageNet-family set ("imagenet", "imagenet-v2", "imagenet-sketch", "imagenet-r",
     "imagenet-a", "objectnet") named by `dataset_name` in any spelling or registry form ("hf:.../imagenet-r",
     "imagefolder:/data/imagenet-sketch"); None for any other set."""
-    if not dataset_name:
-        return None
-    prefix, _, target = dataset_name.partition(":")
-    candidates = [dataset_name, prefix] if target else [dataset_name]
-    candidates += reversed(PurePosixPath(target or dataset_name).parts)
-    for candidate in candidates:
-        member = IMAGENET_FAMILY.get(_normalise(candidate))
-        if member is not None:
-            return member
-    return None
+    return _named_in(dataset_name, IMAGENET_FAMILY)
 
 
 def imagenet_class_wnids(member: str | None = None) -> tuple[str, ...]:
