@@ -101,6 +101,11 @@ def run_cli(argv: list[str], capsys) -> tuple[int, list[str]]:
         (["diffclip", "--eval-dataset", "/no/such/data"], "--eval-dataset /no/such/data"),
         (["diffclip", "--tokenizer", "/no/such/tokenizer"], "--tokenizer /no/such/tokenizer"),
         (["dive", "--pretrained", "/no/such/clip"], "--pretrained /no/such/clip"),
+        (
+            ["dive", "--reference-dataset", "webdataset:/no/cc3m/{0..3}.tar"],
+            "--reference-dataset webdataset:",
+        ),
+        (["dive", "--set", 'model.pretrain_data={"/no/pets": 8}'], "--pretrain-data /no/pets"),
         (["dcr", "--diffusion", "/nonexistent"], "--diffusion /nonexistent"),
         (["dcr", "--diffusion", "nobody/not-in-the-cache"], "not in the local cache"),
     ],

@@ -130,6 +130,17 @@ class DiVEMethod(Method):
     summary = "robust fine-tuning of a pre-trained CLIP with DiVE (or FLYP, replay, SnD)"
     sources = {"model.pretrained": ()}  # checked before the run writes
 
+    def check(self) -> None:
+        """The shared checks, and the reference set and the toy pre-training data named."""
+        from hf_vrl.run.preflight import check_data
+
+        super().check()
+        reference = self.config.dive.reference_dataset
+        for name in [reference] if isinstance(reference, str) else reference or []:
+            check_data(name, "--reference-dataset")
+        for name in self.config.model.pretrain_data if self.config.model.pretrain_steps else ():
+            check_data(name, "--pretrain-data")
+
     # -- inputs ----------------------------------------------------------------------------------------------
 
     def setup(self) -> None:
