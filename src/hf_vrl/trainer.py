@@ -516,10 +516,14 @@ class ContrastiveTrainer(VRLTrainer):
         return param
 
     def embed(self, model: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Tensor]:
-        """Image and text embeddings through the model's forward, and the logit multiplier (shared)."""
+        """Image and text embeddings through the model's forward, and the logit parameters (shared)."""
         image_embeds, text_embeds = _paired_embeds(model(**_encoder_inputs(inputs)))
-        scale = self._logit_scale_param(model).exp()  # capped by LogitScaleCap
-        return {"image_embeds": image_embeds, "text_embeds": text_embeds, "logit_scale": scale}
+        return {"image_embeds": image_embeds, "text_embeds": text_embeds, **self.logit_parameters(model)}
+
+    def logit_parameters(self, model: nn.Module) -> dict[str, Tensor]:
+        """What `contrastive_loss` reads besides the embeddings: the logit multiplier (capped by
+        LogitScaleCap)."""
+        return {"logit_scale": self._logit_scale_param(model).exp()}
 
     def objective(
         self, embedded: Mapping[str, Tensor], targets: Mapping[str, Tensor], inputs: Mapping[str, Any]

@@ -258,3 +258,20 @@ def test_diffclip_trains(tmp_path):
     run = trainer(tmp_path, settings(), steps=3, dual_encoder=tiny_diffclip())
     run.train()
     assert logged(run, "avl")[0] == 0.0 and logged(run, "avl")[2] > 0
+
+
+@pytest.mark.parametrize("separate_backward", [True, False])
+def test_siglip_replay_scores_the_reference_batch_with_its_own_bias(tmp_path, separate_backward):
+    """FLYP + replay on SigLIP: the reference term is the sigmoid loss with the model's scale and bias, also
+    when the reference batch is back-propagated on its own."""
+    settings_ = settings(objective="flyp_replay", separate_backward=separate_backward)
+    reference = rows(4, seed=2)  # one reference batch (B' = B = 4); the loss is the same in any order
+    run = trainer(
+        tmp_path, settings_, steps=1, learning_rate=0.0, dual_encoder=tiny_siglip(), reference=reference
+    )
+    run.train()
+    batch = collate(reference)
+    with torch.no_grad():
+        out = run.model(**{k: batch[k] for k in ("pixel_values", "input_ids", "attention_mask")})
+        want = sigmoid_contrastive_loss(out.image_embeds, out.text_embeds, 117.0, -13.0, rank=0, world_size=1)
+    assert logged(run, "replay")[0] == pytest.approx(want.item(), rel=1e-4)

@@ -152,17 +152,21 @@ class DiVETrainer(ContrastiveTrainer):
         return reference + parts
 
     def embed(self, model: nn.Module, inputs: dict[str, Any]) -> dict[str, Tensor]:
-        """The target pair's embeddings and logit scale (and SigLIP's bias); the reference pair's."""
-        out: dict[str, Tensor] = {}
-        if "pixel_values" in inputs:
-            out.update(super().embed(model, inputs))
-            if self._siglip:
-                out["logit_bias"] = self.accelerator.unwrap_model(model).logit_bias
+        """The target pair's embeddings and logit parameters; the reference pair's (with the logit parameters
+        for the replay objective, which scores it with the contrastive loss)."""
+        out = super().embed(model, inputs) if "pixel_values" in inputs else {}
         reference = inputs.get("reference")
         if reference is not None:
             out["reference_image"], out["reference_text"] = embed_pair(model, reference)
-            if self.settings.objective == "flyp_replay":
-                out["logit_scale"] = self._logit_scale_param(model).exp()
+            if self.settings.objective == "flyp_replay":  # scored with the contrastive loss too
+                out.update(self.logit_parameters(model))
+        return out
+
+    def logit_parameters(self, model: nn.Module) -> dict[str, Tensor]:
+        """The logit multiplier, and SigLIP's bias."""
+        out = super().logit_parameters(model)
+        if self._siglip:
+            out["logit_bias"] = self.accelerator.unwrap_model(model).logit_bias
         return out
 
     def loss_targets(self, model: nn.Module, inputs: dict[str, Any]) -> dict[str, Tensor]:
