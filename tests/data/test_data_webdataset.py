@@ -4,7 +4,16 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from data_fixtures import MIXED_KEPT, MIXED_SKIPPED, add_member, encode, good_images, noise, write_plain_shard
+from data_fixtures import (
+    CORRUPT,
+    MIXED_KEPT,
+    MIXED_SKIPPED,
+    add_member,
+    encode,
+    good_images,
+    noise,
+    write_plain_shard,
+)
 from datasets import IterableDataset
 from datasets.distributed import split_dataset_by_node
 
@@ -170,3 +179,106 @@ def test_a_garbage_jpeg_is_a_corrupt_image_not_a_truncated_one():
     with pytest.raises(ImageDecodeError) as info:
         decode_image(b"\xff\xd8\xff\xe0" + np.random.default_rng(0).bytes(300))  # "Truncated File Read"
     assert info.value.kind == "corrupt_image"
+
+
+def test_brace_patterns_steps_nesting_and_literal_braces():
+    from hf_vrl.data.webdataset import expand_braces
+
+    assert expand_braces("s-{0..10..5}.tar") == ["s-0.tar", "s-5.tar", "s-10.tar"]
+    assert expand_braces("{a,b{1..2}}.tar") == ["a.tar", "b1.tar", "b2.tar"]  # nested groups, no repeats
+    assert expand_braces("odd{dir/x.tar") == ["odd{dir/x.tar"]  # unbalanced: a literal path
+    assert expand_braces(r"C:\shards\{0..1}.tar") == [r"C:\shards\0.tar", r"C:\shards\1.tar"]
+    with pytest.raises(ValueError, match="two integers"):
+        expand_braces("x-{1..c..2}.tar")
+
+
+def _builder_rows(files):
+    """What datasets' own `webdataset` builder streams from `files` (explicit features, images kept as
+    bytes): (its rows up to the error that ends the run, that error or None)."""
+    from datasets import Features, Image, Value, load_dataset
+
+    features = Features(
+        {
+            "jpg": Image(decode=False),
+            "txt": Value("string"),
+            "cls": Value("int64"),
+            "__key__": Value("string"),
+            "__url__": Value("string"),
+        }
+    )
+    ds = load_dataset(
+        "webdataset",
+        data_files={"train": [str(f) for f in files]},
+        split="train",
+        streaming=True,
+        features=features,
+    )
+    rows = []
+    try:
+        for row in ds:
+            rows.append(row)
+    except Exception as error:  # the point: which error ends the builder's run
+        return rows, error
+    return rows, None
+
+
+@pytest.mark.parametrize("cut", ["inside_data", "at_header"])
+def test_datasets_builder_loses_what_a_truncated_shard_costs_us_nothing_of(tmp_path, cut):
+    """A shard cut short, then a good shard: the builder's run ends at a cut inside a member (the good shard
+    is lost) and passes a cut at a header quietly; ours counts the cut and goes on to the good shard (at a
+    header cut it drops the sample before the cut, which may have lost members)."""
+    cut_shard = write_plain_shard(tmp_path / "s-000.tar", 0, 6, size=(64, 64))
+    data = cut_shard.read_bytes()
+    with tarfile.open(cut_shard) as tar:
+        fifth = [m.offset for m in tar.getmembers()][8]  # the 5th sample's first header
+    cut_shard.write_bytes(data[: fifth + (512 + 100 if cut == "inside_data" else 100)])
+    good_shard = write_plain_shard(tmp_path / "s-001.tar", 6, 6)
+    rows, error = _builder_rows([cut_shard, good_shard])
+    if cut == "inside_data":
+        assert isinstance(error, tarfile.ReadError)
+        assert [r["__key__"] for r in rows] == [f"{i:06d}" for i in range(4)]  # s-001.tar never read
+    else:
+        assert error is None and len(rows) == 10  # the cut goes unnoticed
+    sample_filter = SampleFilter("cut")
+    ours = _keys(load_image_text([str(cut_shard), str(good_shard)], sample_filter=sample_filter))
+    complete = 4 if cut == "inside_data" else 3
+    assert ours == [f"{i:06d}" for i in range(complete)] + [f"{i:06d}" for i in range(6, 12)]
+    assert sample_filter.counts["truncated_shard"] == 1
+
+
+@pytest.mark.parametrize(
+    "member, data, error_type, kept",
+    [
+        ("txt", b"\xff\xfe not utf-8", UnicodeDecodeError, ["0", "2"]),  # ours: one undecodable_caption skip
+        ("cls", b"n/a", ValueError, ["0", "1", "2"]),  # ours: label -1
+    ],
+)
+def test_datasets_builder_ends_the_run_at_one_undecodable_member(tmp_path, member, data, error_type, kept):
+    """The builder decodes .txt (UTF-8) and .cls (int) inside its iterator: one bad member ends the run."""
+    path = tmp_path / "s.tar"
+    with tarfile.open(path, "w") as tar:
+        for i in range(3):
+            fields = {"jpg": encode(noise(seed=i), "JPEG"), "txt": f"caption {i}".encode(), "cls": b"3"}
+            if i == 1:
+                fields[member] = data
+            for ext, payload in fields.items():
+                add_member(tar, f"{i}.{ext}", payload)
+    rows, error = _builder_rows([path])
+    assert isinstance(error, error_type) and [r["__key__"] for r in rows] == ["0"]
+    assert _keys(load_image_text(str(path))) == kept
+
+
+def test_datasets_builder_keeps_a_missing_caption_and_a_corrupt_jpeg_with_explicit_features(tmp_path):
+    """What the builder does handle (explicit features, undecoded images): None for a missing caption, the
+    corrupt JPEG's bytes kept. Ours skips and counts both after the shuffle."""
+    path = tmp_path / "s.tar"
+    with tarfile.open(path, "w") as tar:
+        add_member(tar, "0.jpg", encode(noise(seed=0), "JPEG"))
+        add_member(tar, "1.jpg", CORRUPT)
+        add_member(tar, "1.txt", b"a corrupt image")
+    rows, error = _builder_rows([path])
+    assert error is None and [r["txt"] for r in rows] == [None, "a corrupt image"]
+    assert rows[1]["jpg"]["bytes"] == CORRUPT
+    sample_filter = SampleFilter("builder")
+    assert list(load_image_text(str(path), sample_filter=sample_filter)) == []
+    assert dict(sample_filter.counts) == {"missing_caption": 1, "corrupt_image": 1}

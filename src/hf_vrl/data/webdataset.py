@@ -13,9 +13,14 @@ not a multiple), and DataLoader workers split the shards. Raw bytes are buffered
 shuffle. Bad samples (corrupt/truncated image, empty or missing caption, unconvertible mode, too small) and
 truncated shards are skipped and counted in the SampleFilter, never raised.
 
-datasets' own `webdataset` builder is not used: it infers the columns from the first 5 samples and raises
-when one of them lacks a member (a missing caption), and it decodes images inside the iterator, where one
-corrupt JPEG ends the run.
+datasets' own `webdataset` builder is not used (checked with datasets 5.2; the tests show each case). Given
+`features=` with `Image(decode=False)` it does give None for a missing caption and keep a corrupt JPEG's bytes
+(without `features=` it infers the columns from the first 5 samples and raises when one lacks a member; with
+a decoding `Image()` one corrupt JPEG ends the run). But it decodes the `.txt`/`.cls`/`.json` members inside
+its iterator, so one caption that is not UTF-8, one non-integer `.cls` or one malformed `.json` raises and
+ends the run; a shard cut inside a member raises `tarfile.ReadError` and ends the run (the shards after it
+are lost); a shard cut at a member's header ends quietly, uncounted. The reader below keeps raw bytes,
+skips bad samples one by one and counts truncated shards.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from braceexpand import UnbalancedBracesError, braceexpand
 from datasets import Features, IterableDataset, Value
 from datasets import Image as ImageFeature
 from datasets.distributed import split_dataset_by_node
@@ -53,28 +59,22 @@ def stream_features() -> Features:
     )
 
 
-_BRACES = re.compile(r"\{([^{}]*)\}")
+_RANGES = re.compile(r"\{([^{},.]*)\.\.([^{},.]*)(?:\.\.[^{}]*)?\}")  # {start..stop} and {start..stop..step}
 
 
 def expand_braces(pattern: str) -> list[str]:
-    """Expand webdataset/img2dataset brace patterns: ``cc3m-{00000..00002}.tar`` (zero-padded ranges) and
-    ``{train,val}.tar`` (alternatives), several groups allowed; a pattern without braces is returned as is."""
-    match = _BRACES.search(pattern)
-    if match is None:
-        return [pattern]
-    body = match.group(1)
-    if ".." in body:
-        start, stop = body.split("..", 1)
+    """Expand webdataset/img2dataset brace patterns with `braceexpand` (webdataset's own expander):
+    ``cc3m-{00000..00002}.tar`` (zero-padded ranges) and ``{train,val}.tar`` (alternatives), several groups
+    allowed; a pattern without braces, or with unbalanced ones, is returned as is. Ranges must be numeric."""
+    for start, stop in _RANGES.findall(pattern):
         if not (start.isdigit() and stop.isdigit()):
             raise ValueError(
-                f"brace range {{{body}}} in {pattern!r} must be two integers, e.g. {{00000..00331}}"
+                f"brace range {{{start}..{stop}}} in {pattern!r} must be two integers, e.g. {{00000..00331}}"
             )
-        width = len(start) if start.startswith("0") else 0
-        options = [str(i).zfill(width) for i in range(int(start), int(stop) + 1)]
-    else:
-        options = body.split(",")
-    head, tail = pattern[: match.start()], pattern[match.end() :]
-    return [expanded for option in options for expanded in expand_braces(head + option + tail)]
+    try:
+        return list(braceexpand(pattern, escape=False))
+    except UnbalancedBracesError:
+        return [pattern]
 
 
 def resolve_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:

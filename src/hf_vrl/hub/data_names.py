@@ -19,8 +19,6 @@ __all__ = [
     "without_paths",
 ]
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
 
 @dataclass(frozen=True)
 class DataName:
@@ -51,8 +49,15 @@ _CAPTION_SETS = {"cc3m": "CC3M", "cc12m": "CC12M"}
 
 
 def is_hub_id(name: str) -> bool:
-    """Whether `name` reads as a Hub repo id ("owner/name"), not a path."""
-    return bool(_HUB_ID.match(name)) and not name.startswith((".", "/"))
+    """Whether `name` reads as a Hub repo id ("owner/name" that `huggingface_hub.utils.validate_repo_id`
+    accepts), not a path."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return "/" in name
 
 
 def describe_dataset(spec: str | None) -> DataName | None:

@@ -36,10 +36,13 @@ def cdnv(embeddings: Any, labels: Any) -> float:
 
 
 def _ncc_hits(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Per sample, whether h(x) = argmin_c ||x - mu(S_c)||_2 (CLUE Eq. 3) returns its own class."""
+    """Per sample, whether h(x) = argmin_c ||x - mu(S_c)||_2 (CLUE Eq. 3) returns its own class:
+    scikit-learn's `NearestCentroid.predict`, without its `fit` (which refuses one class or collapsed
+    embeddings)."""
+    from sklearn.metrics import pairwise_distances_argmin
+
     classes, mu, _ = _class_stats(x, y)
-    d2 = (x**2).sum(1, keepdims=True) - 2.0 * x @ mu.T + (mu**2).sum(1)[None, :]
-    return classes[d2.argmin(axis=1)] == y
+    return classes[pairwise_distances_argmin(x, mu)] == y
 
 
 def ncc_accuracy(embeddings: Any, labels: Any) -> float:

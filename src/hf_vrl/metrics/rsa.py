@@ -6,14 +6,15 @@ from typing import Any
 
 import numpy as np
 
-from hf_vrl.metrics._common import as_matrix, l2_normalize
+from hf_vrl.metrics._common import as_matrix
 
 
 def _rdm_upper(x: np.ndarray) -> np.ndarray:
-    """Upper triangle (diagonal excluded) of the cosine-distance matrix D_ij = 1 - cos(x_i, x_j)."""
-    x = l2_normalize(x)
-    rdm = 1.0 - x @ x.T
-    return rdm[np.triu_indices(x.shape[0], k=1)]
+    """Upper triangle (diagonal excluded, row by row) of the cosine-distance matrix D_ij = 1 - cos(x_i, x_j):
+    scipy's condensed `pdist(x, "cosine")`, where a zero row (cosine 0/0) is at distance 1 from every row."""
+    from scipy.spatial.distance import pdist
+
+    return np.nan_to_num(pdist(x, "cosine"), nan=1.0)
 
 
 def rsa_score(emb_a: Any, emb_b: Any) -> float:
@@ -34,4 +35,4 @@ def rsa_score(emb_a: Any, emb_b: Any) -> float:
         raise ValueError(
             "a cosine-distance matrix is constant (collapsed embeddings); Pearson r is undefined"
         )
-    return float(np.corrcoef(da, db)[0, 1])
+    return float(np.corrcoef(da, db)[0, 1])  # not scipy's pearsonr: it gives 1 - 1e-16 for equal vectors

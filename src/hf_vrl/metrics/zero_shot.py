@@ -56,7 +56,10 @@ def zero_shot_accuracy(
 ) -> dict[str, float]:
     """Top-k accuracy of cosine-similarity classification against `classifier` rows, and the mean per-class
     recall (top-1 accuracy averaged over the classes present, clip_benchmark's balanced accuracy):
-    {"top1", "top5", ..., "mean_per_class_recall"}."""
+    {"top1", "top5", ..., "mean_per_class_recall"}.
+
+    Without top-1 ties the recall is scikit-learn's `balanced_accuracy_score` of the argmax; it is written out
+    because a tie counts in expectation here, which that function of hard predictions cannot express."""
     x = l2_normalize(as_matrix(image_embeds, name="image_embeds"))
     w = l2_normalize(as_matrix(classifier, name="classifier"))
     y = as_labels(labels, n=x.shape[0])

@@ -3,7 +3,10 @@
     from hf_vrl.metrics import evaluate_module
     clustering = evaluate_module("clustering")  # = evaluate.load(evaluate_module_path("clustering"))
 
-They load offline by path and compute with `hf_vrl.metrics`, so their results equal the report's.
+Each folder stands alone, as `evaluate-cli create` lays out a Hub Space: the module (it imports `evaluate`,
+`datasets`, `numpy` and, where needed, `scikit-learn` / `scipy`, never hf_vrl), a `README.md` metric card,
+a `requirements.txt` and an `app.py` widget. Copied elsewhere or pushed to the Hub, a module loads without
+hf_vrl; it computes as `hf_vrl.metrics` does, so its results equal the report's on the same inputs.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from hf_vrl.errors import UserError
 
-__all__ = ["EVALUATE_MODULES", "embedding_features", "evaluate_module", "evaluate_module_path"]
+__all__ = ["EVALUATE_MODULES", "evaluate_module", "evaluate_module_path"]
 
 EVALUATE_MODULES = ("clustering", "granularity", "mmvp", "rsa")
 
@@ -30,13 +33,3 @@ def evaluate_module(name: str, **load_kwargs: Any) -> Any:
     import evaluate
 
     return evaluate.load(evaluate_module_path(name), **load_kwargs)
-
-
-def embedding_features(references: str = "label") -> Any:
-    """The inputs of the embedding metrics: one embedding per row (`predictions`) and, per row, its class
-    (`references="label"`) or a second embedding (`references="embedding"`, RSA)."""
-    import datasets
-
-    embedding = datasets.Sequence(datasets.Value("float64"))
-    reference = embedding if references == "embedding" else datasets.Value("int64")
-    return datasets.Features({"predictions": embedding, "references": reference})

@@ -1,14 +1,13 @@
 """MMVP-VLM pair accuracy (Tong et al. 2024, "Eyes Wide Shut?"), the P-ability score of DiffCLIP and DCR.
 
-An `evaluate` module shipped inside hf_vrl: `hf_vrl.metrics.evaluate_module("mmvp")`. It
-computes with `hf_vrl.metrics.mmvp_score` (the official protocol); evaluate copies this file into its module
-cache, so the import is absolute.
+A stand-alone `evaluate` metric module (it needs `evaluate`, `datasets` and `numpy`, not hf_vrl):
+`evaluate.load("path/to/mmvp")`, or `hf_vrl.metrics.evaluate_module("mmvp")` for the copy shipped in hf_vrl.
+It scores as the official `scripts/evaluate_vlm.py` does; its numbers equal `hf_vrl.metrics.mmvp_score`.
 """
 
 import datasets
 import evaluate
-
-from hf_vrl.metrics import mmvp_score
+import numpy as np
 
 _DESCRIPTION = """
 Each MMVP pair holds two images that CLIP-like models confuse and one statement true of each. For every
@@ -29,7 +28,7 @@ Returns:
     statement_accuracy (`float`): statements that picked their own image.
     n_pairs (`int`): the number of pairs.
 Examples:
-    >>> mmvp = hf_vrl.metrics.evaluate_module("mmvp")
+    >>> mmvp = evaluate.load("path/to/mmvp")
     >>> mmvp.compute(predictions=[[[2.0, 1.0], [0.0, 3.0]], [[1.0, 2.0], [0.0, 3.0]]])["accuracy"]
     0.5
 """
@@ -55,4 +54,23 @@ class MMVP(evaluate.Metric):
         )
 
     def _compute(self, predictions, categories=None):
-        return mmvp_score(predictions, categories)
+        z = np.asarray(predictions, dtype=np.float64)
+        if z.ndim != 3 or z.shape[1:] != (2, 2) or z.shape[0] == 0:
+            raise ValueError(f"predictions must have shape [n_pairs, 2 statements, 2 images], got {z.shape}")
+        cats = ["all"] * z.shape[0] if categories is None else [str(c) for c in categories]
+        if len(cats) != z.shape[0]:
+            raise ValueError(f"{len(cats)} categories for {z.shape[0]} pairs")
+        z = z - z.max(axis=2, keepdims=True)  # softmax over the pair's two images, per statement
+        probs = np.exp(z) / np.exp(z).sum(axis=2, keepdims=True)
+        picks_first = probs[:, :, 0] > 0.5  # a tie goes to image 1, as in the official script
+        statement_ok = picks_first == np.array([True, False])
+        pair_ok = statement_ok.all(axis=1)
+        cat_arr = np.asarray(cats)
+        per_category = {c: float(pair_ok[cat_arr == c].mean()) for c in dict.fromkeys(cats)}
+        return {
+            "accuracy": float(pair_ok.mean()),
+            "mean_category_accuracy": float(np.mean(list(per_category.values()))),
+            "per_category": per_category,
+            "statement_accuracy": float(statement_ok.mean()),
+            "n_pairs": int(z.shape[0]),
+        }

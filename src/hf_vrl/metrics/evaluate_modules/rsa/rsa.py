@@ -1,15 +1,15 @@
 """Representational similarity analysis (DiVE, App. D, Eq. 14; Kriegeskorte et al. 2008): how much of the
 pairwise geometry of a reference model's embeddings a model keeps.
 
-An `evaluate` module shipped inside hf_vrl: `hf_vrl.metrics.evaluate_module("rsa")`. It
-computes with `hf_vrl.metrics.rsa_score`; evaluate copies this file into its module cache, so the import is
-absolute.
+A stand-alone `evaluate` metric module (it needs `evaluate`, `datasets`, `numpy` and `scipy`, not hf_vrl):
+`evaluate.load("path/to/rsa")`, or `hf_vrl.metrics.evaluate_module("rsa")` for the copy shipped in hf_vrl.
+Its number equals `hf_vrl.metrics.rsa_score(references, predictions)`.
 """
 
+import datasets
 import evaluate
-
-from hf_vrl.metrics import rsa_score
-from hf_vrl.metrics.evaluate_modules import embedding_features
+import numpy as np
+from scipy.spatial.distance import pdist
 
 _DESCRIPTION = """
 The Pearson correlation between the upper triangles of two cosine-distance matrices: one over the model's
@@ -25,7 +25,7 @@ Args:
 Returns:
     rsa (`float`): the RSA correlation, in [-1, 1].
 Examples:
-    >>> rsa = hf_vrl.metrics.evaluate_module("rsa")
+    >>> rsa = evaluate.load("path/to/rsa")
     >>> rsa.compute(predictions=[[1, 0], [0, 1], [1, 1]], references=[[2, 0], [0, 2], [2, 2]])
     {'rsa': 1.0}
 """
@@ -42,15 +42,35 @@ _CITATION = """
 """
 
 
+def _cosine_distances(x, name):
+    """Upper triangle (diagonal excluded, row by row) of D_ij = 1 - cos(x_i, x_j) over the rows of `x`; a zero
+    row (cosine 0/0) is at distance 1 from every row."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D [N, D] matrix, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} contain NaN or inf values; check the model outputs")
+    if x.shape[0] < 3:
+        raise ValueError("RSA needs at least 3 embeddings (2 pairwise distances) per set")
+    return np.nan_to_num(pdist(x, "cosine"), nan=1.0)
+
+
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class RSA(evaluate.Metric):
     def _info(self):
+        embedding = datasets.Sequence(datasets.Value("float64"))
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=embedding_features("embedding"),
+            features=datasets.Features({"predictions": embedding, "references": embedding}),
         )
 
     def _compute(self, predictions, references):
-        return {"rsa": rsa_score(references, predictions)}
+        reference = _cosine_distances(references, "references")
+        model = _cosine_distances(predictions, "predictions")
+        if np.ptp(reference) == 0 or np.ptp(model) == 0:
+            raise ValueError(
+                "a cosine-distance matrix is constant (collapsed embeddings); Pearson r is undefined"
+            )
+        return {"rsa": float(np.corrcoef(reference, model)[0, 1])}
