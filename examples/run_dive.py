@@ -10,8 +10,8 @@ the FLYP run, from its `exports/wise-ft/wise_ft.json`): the first run pre-trains
 image-caption mix (into `<output-dir>/seed<s>/<objective>/inputs/pretrained`), every run fine-tunes that model
 on five Fashion-MNIST classes, and the table shows ID accuracy (zero_shot.top1), OOD accuracy on
 style-shifted test images, zero-shot transfer accuracy and RSA (image), in percent. `--objectives` takes
-DiVESettings' names (flyp, flyp_replay, snd, dive, dive_avl, dive_pvl, dive_cosine) and wise_ft. Runs resume
-when interrupted, and finished ones are read back.
+DiVESettings' names (ft, lp_ft, flyp, flyp_replay, snd, dive, dive_avl, dive_pvl, dive_cosine) and wise_ft.
+Runs resume when interrupted, and finished ones are read back.
 """
 
 from __future__ import annotations

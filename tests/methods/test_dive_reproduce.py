@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -86,3 +87,37 @@ def test_reproduce_end_to_end_on_the_embedded_data(tmp_path, capsys):
         assert all(re.fullmatch(r"\d+\.\d / \d+\.\d", cell) for cell in lines[row]), lines[row]
     assert all(cell.endswith("/ -") for cell in lines["SnD"])
     assert lines["DiVE"][0].startswith("86.1 / ")
+
+
+def test_the_cross_entropy_rows_are_trained():
+    assert ROW_OBJECTIVES["Vanilla FT"] == "ft" and ROW_OBJECTIVES["LP-FT"] == "lp_ft"
+    with pytest.raises(SystemExit):  # ARF is the one row without an objective
+        example().run(["--data-root", "embedded", "--table", "2", "--objectives", "arf"])
+
+
+@pytest.mark.slow
+def test_reproduce_table_4_with_the_cross_entropy_baselines(tmp_path, capsys):
+    argv = [
+        "--data-root",
+        "embedded",
+        "--table",
+        "4",
+        "--output-dir",
+        str(tmp_path),
+        "--objectives",
+        "ft",
+        "lp_ft",
+    ]
+    assert example().run([*argv, *TINY]) == 0
+    out = capsys.readouterr().out.split("paper / measured, percent:\n")[-1]
+    lines = {
+        parts[0]: parts[1:] for parts in (re.split(r"\s{2,}", line.strip()) for line in out.splitlines()[1:])
+    }
+    for row in ("Pre-trained", "Vanilla FT", "LP-FT"):
+        iwildcam, fmow = lines[row][:3], lines[row][3:]
+        assert all(re.fullmatch(r"\d+\.\d / \d+\.\d", cell) for cell in iwildcam), lines[row]
+        assert all(cell.endswith("/ -") for cell in fmow), lines[row]  # no regions in the toy world
+    assert all(cell.endswith("/ -") for cell in lines["DiVE"])
+    report = json.loads((tmp_path / "embedded/seed0/lp_ft/report.json").read_text())
+    assert set(report["train"]["stages"]) == {"linear_probe", "train"}
+    assert {"top1", "macro_f1"} <= set(report["after"]["zero_shot"])

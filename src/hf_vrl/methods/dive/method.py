@@ -8,7 +8,14 @@ vector m and the reference position are checkpointed with the trainer state (`Di
 killed run resumes exactly. `final/` is the fine-tuned model as itself (a plain CLIPModel / SiglipModel) with
 its processors; `exports/vision-tower/` its vision tower alone; `exports/wise-ft/` the WiSE-FT ensemble when
 asked. The report holds, before and after: `zero_shot.top1` (ID), `ood.top1` (mean over the OOD sets, each
-one beside it), `transfer.top1` (mean over the zero-shot transfer sets) and `rsa.image` / `rsa.text`.
+one beside it), `transfer.top1` (mean over the zero-shot transfer sets) and `rsa.image` / `rsa.text`; with
+`dive.macro_f1`, `zero_shot.macro_f1` and `ood.macro_f1` (and each set's), and for sets with a group column
+(`dive.group_column`, FMoW's region), `zero_shot.worst_group` / `ood.worst_group` (Table 4).
+
+The cross-entropy baselines (`dive.objective` ft, lp_ft; `head.py`) train a `HeadClassifier`: the image tower
+and a zero-shot-initialised linear head (lp_ft: stage `linear_probe`, the head alone, then stage `train`).
+Their `final/` is the dual encoder (its text tower the pre-trained one) with the head beside it in
+`classification_head.safetensors`; a plain `CLIPModel.from_pretrained` loads the encoder and ignores the head.
 
 With no arguments it runs the `dive-tiny` preset: a tiny CLIP is first pre-trained on the offline
 image-caption mix (into `<run>/inputs/pretrained`), then fine-tuned on five Fashion-MNIST classes.
@@ -64,9 +71,9 @@ class DiVEModelConfig:
 @dataclass
 class DiVERunConfig(RunConfig):
     """Fine-tune a pre-trained CLIP-like model on target classes with DiVE (FLYP + AVL + PVL, Eq. 9) or a
-    baseline (FLYP, FLYP + replay, SnD); evaluate ID, OOD, zero-shot transfer and RSA before and after; save
-    the fine-tuned model as a plain CLIPModel with its processors, its vision tower and, when asked,
-    WiSE-FT."""
+    baseline (FLYP, FLYP + replay, SnD, vanilla FT, LP-FT); evaluate ID, OOD, zero-shot transfer and RSA
+    before and after; save the fine-tuned model as a plain CLIPModel with its processors, its vision tower
+    and, when asked, WiSE-FT."""
 
     method: ClassVar[str] = "dive"
     preset: ClassVar[str] = "dive-tiny"
@@ -84,6 +91,10 @@ class DiVERunConfig(RunConfig):
         model, dive = self.model, self.dive
         if model.pretrain_steps and not model.pretrain_data:
             problems.append("model.pretrain_steps needs model.pretrain_data ({registry name: images})")
+        if dive.wise_ft and dive.trains_head:
+            problems.append(
+                f"dive.wise_ft interpolates dual encoders; objective {dive.objective!r} trains a classifier"
+            )
         if dive.wise_ft and not dive.val_size:
             problems.append(
                 "dive.wise_ft chooses its coefficient on held-out training rows: set dive.val_size"
@@ -110,6 +121,10 @@ class DiVERunConfig(RunConfig):
         return problems
 
     def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
+        if self.dive.trains_head:
+            return {
+                "cross-entropy (image classifier)": f"the mean over the {plan.global_batch} images of a step"
+            }
         terms = {"L_cl (FLYP)": contrastive_sees(plan)}
         if not self.dive.uses_reference:
             return terms
@@ -127,8 +142,12 @@ class DiVERunConfig(RunConfig):
 class DiVEMethod(Method):
     name = "dive"
     config_class = DiVERunConfig
-    summary = "robust fine-tuning of a pre-trained CLIP with DiVE (or FLYP, replay, SnD)"
+    summary = "robust fine-tuning of a pre-trained CLIP with DiVE (or FLYP, replay, SnD, FT, LP-FT)"
     sources = {"model.pretrained": ()}  # checked before the run writes
+
+    def stages(self) -> list[str]:
+        """LP-FT: the linear probe, then the fine-tuning; every other objective: one stage."""
+        return ["linear_probe", "train"] if self.config.dive.objective == "lp_ft" else ["train"]
 
     def check(self) -> None:
         """The shared checks, and the reference set and the toy pre-training data named."""
@@ -175,7 +194,22 @@ class DiVEMethod(Method):
         return load_dual_encoder(path, trust_remote_code=self.config.model.trust_remote_code)[0]
 
     def initial_model(self) -> nn.Module:
-        return self._load(self.pretrained)
+        """The pre-trained dual encoder; for ft / lp_ft with the zero-shot head of the target's classes."""
+        model = self._load(self.pretrained)
+        if not self.settings.trains_head:
+            return model
+        from hf_vrl.methods.dive.head import HeadClassifier, zero_shot_head
+
+        names = self._class_names(self._target()[0])
+        weight = zero_shot_head(model.to(self.run.device), self.tokenizer, names, self._templates())
+        return HeadClassifier(model, weight, names)
+
+    def _load_result(self, folder: Path) -> nn.Module:
+        """A saved stage or final model: the dual encoder, with its head when one was saved beside it."""
+        from hf_vrl.methods.dive.head import HEAD_FILE, load_head
+
+        model = self._load(str(folder))
+        return load_head(model, folder) if (folder / HEAD_FILE).is_file() else model
 
     def _frozen_model(self) -> nn.Module:
         """The pre-trained model for RSA and WiSE-FT (loaded once, on the run's device)."""
@@ -215,14 +249,32 @@ class DiVEMethod(Method):
 
     # -- training --------------------------------------------------------------------------------------------
 
-    def train_stage(self, stage: str, model: nn.Module, checkpoint: str | None) -> nn.Module:
-        """DiVETrainer on the target rows; its frozen model is a copy of `model` (the pre-trained weights)."""
+    def _trainer(self, stage: str, model: nn.Module) -> Any:
+        """DiVETrainer on the target rows (its frozen model a copy of `model`, the pre-trained weights); for
+        ft / lp_ft a HeadTrainer (stage linear_probe: the head alone, lp_steps at lp_learning_rate)."""
         from hf_vrl.data.collate import ImageTextCollator
         from hf_vrl.methods.dive.data import FLYPCollator, load_reference_dataset
-        from hf_vrl.methods.dive.trainer import DiVETrainer
 
         settings = self.settings
         train, _ = self._target()
+        collator = FLYPCollator(
+            self.image_processor,
+            self.tokenizer,
+            self._class_names(train),
+            self._templates(),
+            crop_scale=settings.crop_scale,
+        )
+        common = {"train_dataset": train, "data_collator": collator}
+        common["warmup_start_lr"] = self.config.optim.warmup_start_lr
+        if settings.trains_head:
+            from hf_vrl.methods.dive.head import HeadTrainer, set_trainable
+
+            probe = stage == "linear_probe"
+            set_trainable(model, encoder=not probe)
+            lp = {"max_steps": settings.lp_steps, "learning_rate": settings.lp_learning_rate} if probe else {}
+            return HeadTrainer(model=model, args=self.run.training_arguments(stage, **lp), **common)
+        from hf_vrl.methods.dive.trainer import DiVETrainer
+
         reference = {}
         if settings.uses_reference:
             reference = {
@@ -231,21 +283,13 @@ class DiVEMethod(Method):
                 ),
                 "reference_collator": ImageTextCollator(self.image_processor, self.tokenizer),
             }
-        trainer = DiVETrainer(
-            model=model,
-            args=self.run.training_arguments(stage),
-            train_dataset=train,
-            data_collator=FLYPCollator(
-                self.image_processor,
-                self.tokenizer,
-                self._class_names(train),
-                self._templates(),
-                crop_scale=settings.crop_scale,
-            ),
-            settings=settings,
-            warmup_start_lr=self.config.optim.warmup_start_lr,
-            **reference,
-        )
+        args = self.run.training_arguments(stage)
+        return DiVETrainer(model=model, args=args, settings=settings, **common, **reference)
+
+    def train_stage(self, stage: str, model: nn.Module, checkpoint: str | None) -> nn.Module:
+        """The stage's trainer (`_trainer`), with best-epoch selection when asked."""
+        settings = self.settings
+        trainer = self._trainer(stage, model)
         selection = None
         if settings.select_best_epoch:
             from hf_vrl.methods.dive.selection import BestEpoch
@@ -281,12 +325,23 @@ class DiVEMethod(Method):
         )
 
     def save_final(self, model: nn.Module, folder: Path) -> None:
+        """The dual encoder with its processors; a HeadClassifier's head beside it (`save_head`)."""
         from hf_vrl.methods.dive.export import export_model
+        from hf_vrl.methods.dive.head import HeadClassifier, save_head
 
-        export_model(model, folder, self.image_processor, self.tokenizer)
+        encoder = model.encoder if isinstance(model, HeadClassifier) else model
+        export_model(encoder, folder, self.image_processor, self.tokenizer)
+        if isinstance(model, HeadClassifier):
+            save_head(model, folder)
 
     def load_final(self, folder: Path) -> nn.Module:
-        return self._load(str(folder))
+        return self._load_result(folder)
+
+    def save_stage(self, stage: str, model: nn.Module, folder: Path) -> None:
+        self.save_final(model, folder)
+
+    def load_stage(self, stage: str, folder: Path) -> nn.Module:
+        return self._load_result(folder)
 
     # -- evaluation ------------------------------------------------------------------------------------------
 
@@ -334,7 +389,7 @@ class DiVEMethod(Method):
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
         """ID / OOD / transfer / RSA as `evaluate_dive` computes them, in the run report's metric names."""
-        from hf_vrl.methods.dive.evaluate import evaluate_dive
+        from hf_vrl.methods.dive.evaluate import ClassifySettings, evaluate_dive
 
         sets = self._evaluation_sets()
         if sets is None:
@@ -353,6 +408,12 @@ class DiVEMethod(Method):
             templates=templates,
             transfer_templates={name: templates for name in own if name in sets["transfer_datasets"]},
             id_dataset_name=self.config.eval.eval_dataset,
+            settings=ClassifySettings(
+                macro_f1=self.settings.macro_f1,
+                group_column=self.settings.group_column,
+                group_exclude=tuple(self.settings.group_exclude),
+                objectnet_border=self.settings.objectnet_border,
+            ),
         )
         return run_report_section(report)
 
@@ -361,10 +422,12 @@ class DiVEMethod(Method):
     def finish(self, model: nn.Module) -> dict[str, str]:
         """The vision tower alone; the WiSE-FT ensemble (with its coefficient and evaluation) when asked."""
         from hf_vrl.methods.dive.export import export_vision_tower
+        from hf_vrl.methods.dive.head import HeadClassifier
 
         outputs = {}
+        encoder = model.encoder if isinstance(model, HeadClassifier) else model
         with atomic_dir(self.run.dir.exports / "vision-tower") as folder:
-            export_vision_tower(model, folder, self.image_processor)
+            export_vision_tower(encoder, folder, self.image_processor)
         outputs["vision_tower"] = str(self.run.dir.exports / "vision-tower")
         if self.settings.wise_ft:
             outputs["wise_ft"] = str(self._wise_ft(model))
@@ -404,17 +467,29 @@ class DiVEMethod(Method):
         return path
 
 
+WILDS_METRICS = ("macro_f1", "worst_group")  # Table 4's, where the evaluation computed them
+
+
 def run_report_section(report: dict[str, Any]) -> dict[str, Any]:
     """`evaluate_dive`'s report as a run report section: zero_shot.top1 (ID), ood.top1 / transfer.top1 (the
-    means, each set beside them), rsa.image / rsa.text."""
+    means, each set beside them), rsa.image / rsa.text; zero_shot.macro_f1 / worst_group (ID) and
+    ood.macro_f1 / worst_group (the mean over the OOD sets that have it, each as "<set>.<metric>")."""
     summary = report["summary"]
     section: dict[str, Any] = {}
     if "id" in report:
         section["zero_shot"] = {"top1": summary["id.top1"]}
+        for metric in WILDS_METRICS:
+            if f"zero_shot.{metric}" in report["id"]:
+                section["zero_shot"][metric] = report["id"][f"zero_shot.{metric}"]
     for group in ("ood", "transfer"):
         if report[group]:
             each = {name: metrics["zero_shot.top1"] for name, metrics in report[group].items()}
             section[group] = {"top1": summary[f"{group}.top1"], **each}
+    for metric in WILDS_METRICS:
+        values = {n: m[f"zero_shot.{metric}"] for n, m in report["ood"].items() if f"zero_shot.{metric}" in m}
+        if values:
+            section["ood"][metric] = sum(values.values()) / len(values)
+            section["ood"] |= {f"{name}.{metric}": value for name, value in values.items()}
     if "rsa" in report:
         section["rsa"] = {key.split(".", 1)[1]: value for key, value in report["rsa"].items()}
     return section

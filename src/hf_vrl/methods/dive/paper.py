@@ -2,8 +2,8 @@
 row and column, in percent, for `examples/reproduce_dive.py`, which prints them beside measured ones.
 
 Transcribed from the paper's text; Table 3's "Vanilla FT" row is garbled in the text extraction and was read
-as 78.8, 16.0, 37.3, 39.3, 29.7, 4.7, 10.8, 80.2, 15.4, 44.3 (their mean is the printed 35.7). Rows hf_vrl
-does not train (vanilla FT, LP-FT, ARF) map to None in `ROW_OBJECTIVES`.
+as 78.8, 16.0, 37.3, 39.3, 29.7, 4.7, 10.8, 80.2, 15.4, 44.3 (their mean is the printed 35.7). The row
+hf_vrl does not train (ARF; "FLYP + replay" is its proxy) maps to None in `ROW_OBJECTIVES`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ __all__ = ["PAPER_TABLES", "ROW_OBJECTIVES", "PaperTable", "comparison_table"]
 # paper row -> DiVE objective that reproduces it ("pretrained": the model before fine-tuning; None: not here)
 ROW_OBJECTIVES: dict[str, str | None] = {
     "Pre-trained": "pretrained",
-    "Vanilla FT": None,
-    "LP-FT": None,
+    "Vanilla FT": "ft",
+    "LP-FT": "lp_ft",
     "FLYP": "flyp",
     "ARF": None,
     "FLYP + replay": "flyp_replay",

@@ -22,9 +22,11 @@ from hf_vrl.errors import UserError
 from hf_vrl.methods.dive.shifts import SHIFTS
 from hf_vrl.run.config import at_least, setting
 
-__all__ = ["DiVESettings", "OBJECTIVES", "WISE_FT_GRID"]
+__all__ = ["DiVESettings", "HEAD_OBJECTIVES", "OBJECTIVES", "WISE_FT_GRID"]
 
-# objective -> (uses the reference batch, the DiVE terms it adds). "dive_*" rows are Table 5 and Table 7.
+# objective -> (uses the reference batch, the DiVE terms it adds). "dive_*" rows are Table 5 and Table 7;
+# ft and lp_ft (HEAD_OBJECTIVES) train an image classifier with cross-entropy (`head.py`), the rest
+# contrastively.
 OBJECTIVES: dict[str, tuple[bool, tuple[str, ...]]] = {
     "dive": (True, ("avl", "pvl")),
     "dive_avl": (True, ("avl",)),
@@ -33,8 +35,13 @@ OBJECTIVES: dict[str, tuple[bool, tuple[str, ...]]] = {
     "flyp": (False, ()),
     "flyp_replay": (True, ()),
     "snd": (True, ()),
+    "ft": (False, ()),
+    "lp_ft": (False, ()),
 }
-Objective = Literal["dive", "dive_avl", "dive_pvl", "dive_cosine", "flyp", "flyp_replay", "snd"]
+HEAD_OBJECTIVES = frozenset({"ft", "lp_ft"})
+Objective = Literal[
+    "dive", "dive_avl", "dive_pvl", "dive_cosine", "flyp", "flyp_replay", "snd", "ft", "lp_ft"
+]
 WISE_FT_GRID = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
 
@@ -94,7 +101,20 @@ class DiVESettings:
         "dive",
         "dive (Eq. 9: FLYP + AVL + PVL), dive_avl / dive_pvl (Table 5 ablations), dive_cosine (Table 7: "
         "cosine constraint), flyp (contrastive loss only), flyp_replay (App. E: FLYP + contrastive loss on "
-        "the reference set, the ARF proxy), snd (App. B: FLYP + image feature distillation)",
+        "the reference set, the ARF proxy), snd (App. B: FLYP + image feature distillation), ft (vanilla FT: "
+        "image tower + a zero-shot-initialised linear head, cross-entropy) or lp_ft (LP-FT: the head alone, "
+        "then both)",
+    )
+    lp_steps: int | None = setting(
+        None,
+        "lp_ft: optimiser steps of the linear-probing stage (default: as many as the fine-tuning stage); the "
+        "paper gives neither its length nor its learning rate",
+        check=at_least(1),
+    )
+    lp_learning_rate: float | None = setting(
+        None,
+        "lp_ft: learning rate of the linear-probing stage (default: optim.learning_rate)",
+        check=at_least(1e-12),
     )
     lambda_dive: float = setting(
         1000.0, "lambda of Eq. 9, the weight of AVL + PVL (paper: 1000)", check=_weight
@@ -217,6 +237,30 @@ class DiVESettings:
         default_factory=list,
         identity=False,
     )
+    objectnet_border: int = setting(
+        2,
+        "pixels cropped off every border of ObjectNet images before preprocessing (FLYP / WiSE-FT's "
+        "objectnet.py `crop`: 2, which removes the red frame of ObjectNet's images); 0 keeps them whole",
+        check=at_least(0),
+        identity=False,
+    )
+    macro_f1: bool = setting(
+        False,
+        "also report the macro F1 of the ID and OOD predictions (iWildCam's metric in Table 4, "
+        "hf_vrl.metrics.macro_f1)",
+        identity=False,
+    )
+    group_column: str = setting(
+        "region",
+        "a column of the ID / OOD sets naming each sample's group (FMoW: the region): a set that has it also "
+        "reports its worst-group accuracy (Table 4's FMoW OOD metric, hf_vrl.metrics.worst_group_accuracy)",
+        identity=False,
+    )
+    group_exclude: list[str] = setting(
+        help="groups left out of the worst-group accuracy (FMoW: the 'Other' region, as WILDS)",
+        default_factory=lambda: ["Other"],
+        identity=False,
+    )
     transfer_templates: Literal["dataset", "target"] = setting(
         "dataset",
         "prompts of the zero-shot transfer sets: dataset (each set's own ensemble, as the paper) or target "
@@ -263,6 +307,11 @@ class DiVESettings:
     def uses_reference(self) -> bool:
         """Whether the objective draws reference batches."""
         return OBJECTIVES[self.objective][0]
+
+    @property
+    def trains_head(self) -> bool:
+        """Whether the objective trains an image classifier with cross-entropy (ft, lp_ft)."""
+        return self.objective in HEAD_OBJECTIVES
 
     @property
     def dive_terms(self) -> tuple[str, ...]:

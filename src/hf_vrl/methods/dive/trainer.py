@@ -65,6 +65,11 @@ class DiVETrainer(ContrastiveTrainer):
         pretrained_model: nn.Module | None = None,
         **kwargs: Any,
     ) -> None:
+        if settings.trains_head:
+            raise UserError(
+                f"objective {settings.objective!r} trains an image classifier with cross-entropy: use "
+                "hf_vrl.methods.dive.head.HeadTrainer on a HeadClassifier"
+            )
         super().__init__(*args, **kwargs)
         self.settings = settings
         self._siglip = hasattr(self.model, "logit_bias")
