@@ -1,7 +1,7 @@
 """Reproduce a table of DiVE's paper (Tables 2, 3, 4, 8): train the rows hf_vrl has (vanilla FT, LP-FT, FLYP,
 FLYP + replay, SnD, DiVE; not ARF; the pre-trained row is the first run's evaluation before training) and
-print the paper's numbers (`hf_vrl.methods.dive.paper`) beside the measured ones, "paper / measured", means
-over seeds.
+print the paper's numbers (`hf_vrl.methods.dive.paper`) beside the measured ones, "paper / measured", mean ±
+std over seeds, and with several seeds DiVE's paired t-test against each row (the paper's Table 13).
 
     python examples/reproduce_dive.py --data-root /data --table 2 --seeds 0 1 2
     python examples/reproduce_dive.py --data-root embedded --table 8 --max-steps 30   # the pipeline on the
@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
-from hf_vrl.methods.dive.paper import PAPER_TABLES, ROW_OBJECTIVES, ZERO_SHOT_SETS, comparison_table
+from hf_vrl.methods.dive.paper import (
+    PAPER_TABLES,
+    ROW_OBJECTIVES,
+    ZERO_SHOT_SETS,
+    comparison_table,
+    paired_tests,
+)
 from hf_vrl.run import main
 from hf_vrl.run.report import load_report
 
@@ -131,11 +135,6 @@ def percent(section: dict, where: tuple[str, str]) -> float | None:
     return None if value is None else 100 * value
 
 
-def mean(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.mean(present) if present else None
-
-
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -177,9 +176,16 @@ def run(argv: list[str] | None = None) -> int:
                             rows[row].setdefault(column, []).append(
                                 percent(sections[objective_of_row], where)
                             )
-    measured = {row: {c: mean(v) for c, v in columns.items()} for row, columns in rows.items()}
-    print(f"\nTable {table.number} ({table.title}); seeds {args.seeds}; paper / measured, percent:")
+    measured = {
+        row: {c: [v for v in vs if v is not None] for c, vs in cols.items()} for row, cols in rows.items()
+    }
+    print(
+        f"\nTable {table.number} ({table.title}); seeds {args.seeds}; paper / measured (mean ± std), percent:"
+    )
     print(comparison_table(table, measured))
+    if len(args.seeds) > 1 and measured.get("DiVE"):
+        print("\nDiVE against each row: mean difference over seeds, points (paired t-test p, Table 13):")
+        print(paired_tests(table, measured))
     return 0
 
 

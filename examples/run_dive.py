@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from hf_vrl.evaluation import text_table
+from hf_vrl.methods.dive.paper import paired_p_value
 from hf_vrl.methods.dive.settings import OBJECTIVES
 from hf_vrl.run import main
 from hf_vrl.run.report import load_report
@@ -55,19 +56,6 @@ def seed_table(rows: dict[str, list[dict]]) -> str:
     for name, sections in rows.items():
         table.append([name, *(cell([value(s, m) for s in sections]) for m in COLUMNS.values())])
     return text_table(table, left_columns=1)
-
-
-def paired_p_value(a: list[float], b: list[float]) -> float | None:
-    """Two-sided p-value of the paired t-test of `a` against `b` (one pair per seed, App. F of the paper);
-    None with fewer than two pairs or when every difference is the same (no spread to test against)."""
-    from scipy.stats import ttest_rel
-
-    if len(a) != len(b):
-        raise ValueError(f"paired samples need one value per seed on both sides, got {len(a)} and {len(b)}")
-    differences = [x - y for x, y in zip(a, b)]
-    if len(a) < 2 or max(differences) == min(differences):
-        return None
-    return float(ttest_rel(a, b).pvalue)
 
 
 def paired_table(rows: dict[str, list[dict]], reference: str = "DiVE") -> str:

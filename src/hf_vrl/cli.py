@@ -30,7 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "hf_vrl.integrations.llava_align",
         "relearn a LLaVA's projector for a new vision tower (LLaVA stage 1, trl SFTTrainer)",
     ),
-    "push": ("hf_vrl.hub.push", "publish a run's model to the Hugging Face Hub with its model card"),
+    "push": (
+        "hf_vrl.hub.push",
+        "publish a run's model, or a model folder hf_vrl saved, to the Hugging Face Hub with its model card",
+    ),
     "convert": (
         "hf_vrl.methods.diffclip.convert_cli",
         "convert a released DiffCLIP checkpoint or a transformers CLIP into a DiffCLIP model folder",
@@ -39,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _train_methods() -> dict[str, str]:
+    """{method: summary}; imports every method (`hf-vrl train --help` only)."""
     from hf_vrl.run import METHODS, get_method
 
     return {name: get_method(name).summary for name in METHODS}
@@ -51,7 +55,9 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog="Run `hf-vrl <command> --help` for the options of a command; add --debug to see tracebacks.",
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    sub.add_parser("train", help="train one method: " + ", ".join(_train_methods()), add_help=False)
+    from hf_vrl.run import METHODS  # the names only: the top-level help imports no method
+
+    sub.add_parser("train", help="train one method: " + ", ".join(METHODS), add_help=False)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
@@ -70,8 +76,12 @@ def _dispatch(argv: list[str]) -> int:
         parser.print_help()
         return 0
     command, rest = argv[0], argv[1:]
-    if command in COMMANDS:
-        return int(importlib.import_module(COMMANDS[command][0]).main(rest) or 0)
+    if (
+        command in COMMANDS
+    ):  # every flag in either spelling, as `train` lists them: --output-dir, --output_dir
+        from hf_vrl.run.parser import dashed_flags
+
+        return int(importlib.import_module(COMMANDS[command][0]).main(dashed_flags(rest)) or 0)
     if command == "train":
         if not rest or rest[0] in ("-h", "--help"):
             print(_train_help())

@@ -39,6 +39,7 @@ from transformers.utils.logging import tqdm
 
 from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
+from hf_vrl.data.processors import load_image_processor
 from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.errors import UserError
 
@@ -629,7 +630,7 @@ def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> 
     """(model, image_processor, tokenizer) from a local dir or hub id; tokenizer is None for vision towers.
     hf_vrl's own model types (DiffCLIP, DCR) load with the installed classes, without remote code. A model
     that cannot be loaded, or that embeds no images, raises a one-line UserError."""
-    from transformers import AutoImageProcessor, AutoModel, AutoProcessor, AutoTokenizer, ImageProcessingMixin
+    from transformers import AutoModel, AutoProcessor, AutoTokenizer, ImageProcessingMixin
 
     import hf_vrl.models  # noqa: F401  (registers hf_vrl's classes with the Auto classes)
 
@@ -651,7 +652,7 @@ def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> 
         image_processor = processor
     try:
         if image_processor is None:
-            image_processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+            image_processor = load_image_processor(path, trust_remote_code=trust_remote_code)
         tokenizer = getattr(processor, "tokenizer", None)
         if tokenizer is None and has_text_tower(model):
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)

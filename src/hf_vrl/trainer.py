@@ -40,6 +40,7 @@ __all__ = [
     "VRLTrainer",
     "VRLTrainingArguments",
     "in_batch_accuracy",
+    "set_logging_dir",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,13 @@ class VRLTrainingArguments(TrainingArguments):
         },
     )
 
+    logging_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "TensorBoard's folder (transformers 5 reads it only from TENSORBOARD_LOGGING_DIR)."
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         micro = self.micro_batch_size
@@ -69,6 +77,15 @@ class VRLTrainingArguments(TrainingArguments):
                 f"micro_batch_size ({micro}) must divide per_device_train_batch_size "
                 f"({self.per_device_train_batch_size})"
             )
+
+
+def set_logging_dir(trainer: Trainer, folder: str | None) -> None:
+    """Point the trainer's TensorBoard callback (when `report_to` has one) at `folder`."""
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if folder is not None and isinstance(callback, TensorBoardCallback):
+            callback.logging_dir = folder
 
 
 class VRLTrainer(Trainer):
@@ -113,6 +130,7 @@ class VRLTrainer(Trainer):
         self.add_callback(SaveAndStopOnSignal())  # SIGTERM / SIGINT during a run: checkpoint, then stop
         self.add_callback(TrainingClock())  # training time over resumes, kept in the checkpoints
         self.warmup_start_lr = warmup_start_lr
+        set_logging_dir(self, getattr(self.args, "logging_dir", None))
         if self.args.remove_unused_columns:
             logger.warning(
                 "%s sets `remove_unused_columns=False`: its losses read batch keys that the model's forward "

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from unittest.mock import create_autospec
 
+import huggingface_hub
 import pytest
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
 from transformers import AutoTokenizer, CLIPImageProcessor
@@ -101,3 +102,19 @@ class FakeHub:
 @pytest.fixture
 def hub(tmp_path) -> FakeHub:
     return FakeHub(tmp_path / "hub")
+
+
+@pytest.fixture
+def hub_client(monkeypatch, hub):
+    """`HfApi()` as `hf-vrl push` builds it: the autospec'd fake, the constructor's arguments recorded. The
+    fake Hub is reachable: HF_HUB_OFFLINE (set for every test) is lifted, or push would refuse to upload."""
+    made = []
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+    def factory(*args, **kwargs):
+        made.append((args, kwargs))
+        return hub.api
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", factory)
+    return made
+

@@ -196,7 +196,7 @@ def _copy(run, tmp_path):
         ),
         (lambda run: (run / "final/config.json").unlink(), "has no config.json"),
         (lambda run: shutil.rmtree(run / "final"), "has no 'final' model; it has: none"),
-        (lambda run: (run / "config.json").unlink(), "not a run folder"),
+        (lambda run: (run / "config.json").unlink(), "neither a run folder"),
         (lambda run: (run / "report.json").unlink(), "has no report.json"),
     ],
     ids=["no-weights", "pickle-only", "no-config", "no-final", "not-a-run", "no-report"],

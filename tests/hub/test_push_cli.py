@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-import huggingface_hub
 import pytest
 from huggingface_hub import constants
 
 from hf_vrl import cli
 
 SECRET = "hf_NotARealTokenButTreatItAsOne123"
-
-
-@pytest.fixture
-def hub_client(monkeypatch, hub):
-    """`HfApi()` as `hf-vrl push` builds it: the autospec'd fake, the constructor's arguments recorded. The
-    fake Hub is reachable: HF_HUB_OFFLINE (set for every test) is lifted, or push would refuse to upload."""
-    made = []
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-
-    def factory(*args, **kwargs):
-        made.append((args, kwargs))
-        return hub.api
-
-    monkeypatch.setattr(huggingface_hub, "HfApi", factory)
-    return made
 
 
 def test_dry_run_stages_and_lists_the_upload_without_a_client(diffclip_run, hub_client, tmp_path, capsys):
@@ -100,3 +84,42 @@ def test_help(capsys):
         assert option in out
     cli.main(["--help"])
     assert "push" in capsys.readouterr().out
+
+
+def test_push_to_hub_publishes_the_finished_run(hub, hub_client, monkeypatch, tmp_path):
+    """`--push-to-hub --hub-model-id` (TrainingArguments' names): the run, when it ends, goes up as `hf-vrl
+    push` sends it (model, card, record), replacing the card as the Trainer's push does."""
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    (hub.repo("me/pushed") / "README.md").parent.mkdir(parents=True)
+    (hub.repo("me/pushed") / "README.md").write_text("an older card")
+    out = tmp_path / "run"
+    argv = ["train", "diffclip", "--output-dir", str(out), "--max-steps", "1", "--train-limit", "16"]
+    argv += [
+        "--batch-size",
+        "8",
+        "--eval-limit",
+        "8",
+        "--no-figures",
+        "--push-to-hub",
+        "--hub-model-id",
+        "me/pushed",
+    ]
+    assert cli.main(argv) == 0
+    assert {"README.md", "model.safetensors", "run/report.json"} <= hub.files("me/pushed")
+    assert (hub.repo("me/pushed") / "README.md").read_text() != "an older card"
+    assert hub.calls.count("upload_folder") == 1
+
+
+def test_push_to_hub_is_checked_before_the_run_writes(monkeypatch, tmp_path, capsys):
+    out = tmp_path / "run"
+    base = ["train", "diffclip", "--output-dir", str(out), "--max-steps", "1", "--push-to-hub"]
+    assert cli.main(base) == 2
+    assert (
+        "output.push_to_hub needs output.hub_model_id: give --hub-model-id owner/name"
+        in capsys.readouterr().err
+    )
+    assert cli.main([*base, "--hub-model-id", "pushed"]) == 2
+    assert "--hub-model-id pushed: give the full id, owner/name" in capsys.readouterr().err
+    assert cli.main([*base, "--hub-model-id", "me/pushed"]) == 2  # HF_HUB_OFFLINE=1 in the tests
+    assert "--push-to-hub needs the Hub, but HF_HUB_OFFLINE=1 is set" in capsys.readouterr().err
+    assert not out.exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hf_vrl.methods.dive.method import DiVERunConfig
-from hf_vrl.methods.dive.paper import PAPER_TABLES, ROW_OBJECTIVES, comparison_table
+from hf_vrl.methods.dive.paper import PAPER_TABLES, ROW_OBJECTIVES, comparison_table, paired_tests
 from hf_vrl.run.parser import parse_run_args
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "reproduce_dive.py"
@@ -40,6 +40,21 @@ def test_comparison_table_puts_measured_beside_the_paper():
     assert lines[0] == ["ID", "OOD avg.", "ZS avg."]
     assert ["DiVE", "86.1 / 80.0", "74.5 / -", "70.1 / -"] in lines
     assert ["FLYP", "86.0 / -", "71.5 / -", "55.4 / -"] in lines
+
+
+def test_seeds_show_as_mean_and_std_and_dive_is_tested_against_each_row():
+    measured = {"DiVE": {"ID": [80.0, 82.0, 84.0]}, "FLYP": {"ID": [79.0, 80.0, 83.0]}, "SnD": {"ID": [80.0]}}
+    lines = [
+        re.split(r"\s{2,}", line.strip()) for line in comparison_table(PAPER_TABLES[8], measured).splitlines()
+    ]
+    assert ["DiVE", "86.1 / 82.0 ± 2.0", "74.5 / -", "70.1 / -"] in lines  # sample std over seeds
+    assert ["SnD", "86.0 / 80.0", "73.2 / -", "61.2 / -"] in lines  # one seed: the value alone
+    tests = [
+        re.split(r"\s{2,}", line.strip()) for line in paired_tests(PAPER_TABLES[8], measured).splitlines()
+    ]
+    # differences 1, 2, 1: mean 1.333, sd 0.577, t = 4.0 on 2 degrees of freedom, two-sided p = 0.0572
+    assert tests[1] == ["FLYP", "+1.3 (p 0.057)", "-", "-"]
+    assert tests[2] == ["SnD", "-", "-", "-"]  # one seed against three: nothing to pair
 
 
 def test_table_2_runs_resolve_to_the_paper_setting(tmp_path):

@@ -27,8 +27,8 @@ from hf_vrl.methods.diffclip.convert import (
     diffclip_from_clip,
     load_official_checkpoint,
     set_lambda,
-    slip_image_processor,
 )
+from hf_vrl.methods.diffclip.processors import slip_image_processor
 from hf_vrl.models.diffclip import DiffCLIPModel
 from hf_vrl.trainer import in_batch_accuracy
 

@@ -23,7 +23,7 @@ from hf_vrl.hub.data_names import (
     without_paths,
 )
 from hf_vrl.hub.folder import ModelFolder
-from hf_vrl.hub.methods import MethodCard, method_card
+from hf_vrl.hub.methods import MODEL_CARDS, MethodCard, method_card
 from hf_vrl.hub.results import eval_results, protocols, results_table
 from hf_vrl.hub.usage import load_info
 
@@ -42,6 +42,8 @@ _PRECISIONS = {
     "bf16": "bf16 mixed",
 }
 _LONG = 100  # settings whose value prints longer than this stay out of the settings table
+MODEL_FOLDER_TEMPLATE = MODEL_CARDS / "model_folder.md"  # a model folder outside a run
+_TITLES = {"diffclip": "DiffCLIP", "dcr": "DCR", "dive": "DiVE", "clue": "CLUE"}
 
 
 def build_model_card(
@@ -87,6 +89,9 @@ def model_card(
 
     from hf_vrl.run.report import load_report
 
+    if folder.run is None:
+        return _model_folder_card(folder, repo_id, license=license, base_model=base_model, datasets=datasets)
+
     config = folder.run_config
     report = load_report(folder.run.root)
     method = method_card(folder.method)
@@ -108,6 +113,57 @@ def model_card(
     values = _template_values(folder, repo_id, config, report, method, base, (train, evaluation, mmvp))
     values["contents"] = _contents(folder, repo_id, exports)
     return ModelCard.from_template(card_data, template_path=str(method.template), **values)
+
+
+def _model_folder_card(
+    folder: ModelFolder,
+    repo_id: str,
+    *,
+    license: str | None,
+    base_model: str | None,
+    datasets: list[str] | None,
+) -> Any:
+    """The card of a model folder outside a run (`hf-vrl convert`, or an hf_vrl model saved by hand): what its
+    `conversion.json` records, the loading lines, the method's citation; no results of its own."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    import hf_vrl
+
+    method = method_card(folder.method)
+    record = folder.conversion
+    base = base_model or record.get("base_model")
+    card_data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag=folder.pipeline_tag,
+        tags=["hf_vrl", method.name, *method.tags] + (["custom_code"] if folder.remote_code else []),
+        base_model=base,
+        datasets=datasets,
+        license=license or _license(base),
+        model_name=repo_id.split("/")[-1],
+        widget=ZERO_SHOT_WIDGET if folder.pipeline_tag == "zero-shot-image-classification" else None,
+    )
+    source = record.get("source") or {}
+    origin = f"[`{base}`](https://huggingface.co/{base})" if base else None
+    title, version = _TITLES.get(method.name, method.name), hf_vrl.__version__
+    if source:
+        where = origin or f"`{Path(str(source.get('checkpoint'))).name}`"
+        intro = f"A **{title}** model converted by hf_vrl {version} from {where} ({source['kind']})."
+    else:
+        intro = f"A **{title}** model saved by hf_vrl {version} outside a training run."
+    values = {
+        "model_name": repo_id.split("/")[-1],
+        "intro": intro,
+        "load": load_info(folder, repo_id),
+        "closeness": record.get("closeness"),
+        "paper_results": record.get("paper_results"),
+        "citation": _citation(method),
+    }
+    return ModelCard.from_template(card_data, template_path=str(MODEL_FOLDER_TEMPLATE), **values)
+
+
+def _citation(method: MethodCard) -> str:
+    """The BibTeX block of the method's card template (its `## Citation` section)."""
+    return method.template.read_text().split("## Citation", 1)[1].strip()
 
 
 def _template_values(

@@ -1,5 +1,6 @@
-"""The model folder a run publishes (`final/`, or `exports/<name>/`): the checks before anything is uploaded,
-and the files that go up.
+"""The model folder `hf-vrl push` publishes: a run's (`final/`, or `exports/<name>/`), or a model folder
+hf_vrl saved outside a run (`hf-vrl convert`, `save_pretrained` of an hf_vrl model); the checks before
+anything is uploaded, and the files that go up.
 
 Uploaded: the weights (safetensors only), configs, processor and tokenizer files and the remote-code modules
 a custom model's `auto_map` names; an export without an image processor borrows the run's (`final/`).
@@ -19,20 +20,23 @@ from hf_vrl.errors import UserError
 from hf_vrl.hub.remote_code import code_complete, hf_vrl_model_type
 from hf_vrl.run.layout import RunDir
 
-__all__ = ["IMAGE_PROCESSOR", "TOKENIZER_FILES", "ModelFolder"]
+__all__ = ["CONVERSION_RECORD", "IMAGE_PROCESSOR", "TOKENIZER_FILES", "ModelFolder"]
 
 UPLOADED_SUFFIXES = (".safetensors", ".json", ".py", ".txt", ".model")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 IMAGE_PROCESSOR = "preprocessor_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 SHARD_INDEX = "model.safetensors.index.json"
+CONVERSION_RECORD = "conversion.json"  # what `hf-vrl convert` converted, and how close the result came
+# an hf_vrl model type -> the method whose card describes it (a model folder outside a run)
+MODEL_TYPE_METHODS = {"diffclip": "diffclip", "dcr": "dcr", "clue": "clue"}
 
 
 @dataclass(frozen=True)
 class ModelFolder:
     """One publishable model of a run (module docstring); `open` checks it."""
 
-    run: RunDir
+    run: RunDir | None  # None: a model folder outside a run
     what: str
     path: Path
     config: dict[str, Any]  # the model's config.json
@@ -40,14 +44,12 @@ class ModelFolder:
 
     @classmethod
     def open(cls, run_dir: str | Path, what: str = "final") -> ModelFolder:
-        """The folder `what` ("final" or an export name) of the run in `run_dir`, checked for publishing."""
+        """The folder `what` ("final" or an export name) of the run in `run_dir`, or the model folder
+        `run_dir` itself, checked for publishing."""
         run = RunDir(Path(run_dir))
         run_config = run.recorded_config() or {}
         if "method" not in run_config:
-            inside = (
-                " (it is a model folder: give the run folder around it)" if _has_weights(run.root) else ""
-            )
-            raise UserError(f"{run.root} is not a run folder written by `hf-vrl train`{inside}")
+            return cls._model_folder(Path(run_dir), what)
         path = run.final if what == "final" else run.exports / what
         if not path.is_dir():
             raise UserError(
@@ -59,9 +61,41 @@ class ModelFolder:
             _check_remote_code(path, config)
         return cls(run=run, what=what, path=path, config=config, run_config=run_config)
 
+    @classmethod
+    def _model_folder(cls, path: Path, what: str) -> ModelFolder:
+        """A model folder hf_vrl saved outside a run: an hf_vrl model type, or a `hf-vrl convert` result."""
+        if not (path / "config.json").is_file() or not _has_weights(path):
+            raise UserError(
+                f"{path} is neither a run folder written by `hf-vrl train` nor a model folder (config.json "
+                "and *.safetensors)"
+            )
+        if any("method" in (RunDir(p).recorded_config() or {}) for p in (path.parent, path.parent.parent)):
+            raise UserError(
+                f"{path} is not a run folder written by `hf-vrl train` (it is a model folder: give the run "
+                "folder around it)"
+            )
+        if what != "final":
+            raise UserError(f"{path} is a model folder, not a run: it has no exports (leave out --what)")
+        config = _read_config(path)
+        if not hf_vrl_model_type(config) and not (path / CONVERSION_RECORD).is_file():
+            raise UserError(
+                f"{path} was not saved by hf_vrl (model type {config.get('model_type')!r}): publish it with "
+                "huggingface_hub's upload_folder, or push the run folder it came from"
+            )
+        _check_weights(path)
+        return cls(run=None, what="model", path=path, config=config, run_config={})
+
     @property
     def method(self) -> str:
+        if self.run is None:
+            return str(self.conversion.get("method") or MODEL_TYPE_METHODS[self.config["model_type"]])
         return str(self.run_config.get("method"))
+
+    @property
+    def conversion(self) -> dict[str, Any]:
+        """The `hf-vrl convert` record of the folder ({} where there is none)."""
+        record = self.path / CONVERSION_RECORD
+        return json.loads(record.read_text()) if record.is_file() else {}
 
     @property
     def remote_code(self) -> bool:
@@ -83,7 +117,7 @@ class ModelFolder:
     def files(self) -> dict[str, Path]:
         """{file name: file on disk} of the model's files to upload (missing remote code comes at staging)."""
         files = {p.name: p for p in sorted(self.path.iterdir()) if _uploaded(p)}
-        borrowed = self.run.final / IMAGE_PROCESSOR
+        borrowed = self.run.final / IMAGE_PROCESSOR if self.run is not None else self.path / IMAGE_PROCESSOR
         if IMAGE_PROCESSOR not in files and borrowed.is_file():
             files[IMAGE_PROCESSOR] = borrowed
         return files

@@ -1,13 +1,14 @@
-"""`publish(run_dir, repo_id)`: a run's model, its processors, its remote code and its model card, uploaded to
-the Hugging Face Hub in one commit.
+"""`publish(run_dir, repo_id)`: a run's model (or a model folder hf_vrl saved, e.g. by `hf-vrl convert`), its
+processors, its remote code and its model card, uploaded to the Hugging Face Hub in one commit.
 
 The repo holds, at its root, the model (`final/`, or the export named by `what`) with its processors and
 remote code, `README.md` (the card), `figures/`, `run/config.json` and `run/report.json` (the run's record,
 local paths shortened) and, for each name in `exports`, `exports/<name>/`. Everything is checked and staged
 before the Hub hears of it; the staging folder links to the run's files (the weights are not copied) and goes
-up with one `upload_folder`. A dry run writes the staging folder where it can be inspected and loaded. The
-token comes from `token`, else huggingface_hub's usual sources (`HF_TOKEN`, `hf auth login`); it is never
-printed or written.
+up with one `upload_folder`. A model folder outside a run goes up alone, its card built from what it
+records (`conversion.json`: the source checkpoint and the conversion's closeness). A dry run writes the
+staging folder where it can be inspected and loaded. The token comes from `token`, else huggingface_hub's
+usual sources (`HF_TOKEN`, `hf auth login`); it is never printed or written.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from hf_vrl.errors import UserError
 from hf_vrl.hub.card import model_card
 from hf_vrl.hub.data_names import is_hub_id, without_paths
-from hf_vrl.hub.folder import ModelFolder
+from hf_vrl.hub.folder import CONVERSION_RECORD, ModelFolder
 from hf_vrl.hub.remote_code import write_remote_code
 
 __all__ = ["CARD", "RUN_RECORD", "Publication", "publish"]
@@ -104,7 +105,7 @@ def publish(
             repo_type="model",
             revision=revision,
             token=token,
-            commit_message=commit_message or f"Upload {folder.method} model ({what}) with hf_vrl",
+            commit_message=commit_message or f"Upload {folder.method} model ({folder.what}) with hf_vrl",
         )
     return publication
 
@@ -144,7 +145,8 @@ def _default_api(token: str | None) -> Any:
 def _dry_run_dir(staging_dir: str | Path | None, folder: ModelFolder, repo_id: str) -> Path:
     """A fresh staging folder: the default one is replaced; a given one must be new or empty."""
     if staging_dir is None:
-        target = folder.run.root / STAGING / repo_id.replace("/", "--")
+        root = folder.run.root if folder.run is not None else folder.path
+        target = root / STAGING / repo_id.replace("/", "--")
         shutil.rmtree(target, ignore_errors=True)
     else:
         target = Path(staging_dir)
@@ -164,16 +166,25 @@ def _stage(
         _stage_model(staging / "exports" / name, export)
         publication.left_out += [f"exports/{name}/{file}" for file in export.left_out()]
         _code_at_root(staging, staging / "exports" / name)
+    if folder.run is not None:
+        _stage_run_record(staging, folder)
+    publication.card.save(staging / CARD)
+    files = sorted(p for p in staging.rglob("*") if p.is_file())
+    publication.files = {p.relative_to(staging).as_posix(): p.stat().st_size for p in files}
+
+
+def _stage_run_record(staging: Path, folder: ModelFolder) -> None:
+    """The run's figures, and its config.json and report.json without local paths (run/)."""
     if folder.run.figures.is_dir():
         _link({f"figures/{p.name}": p for p in sorted(folder.run.figures.glob("*.png"))}, staging)
     record = staging / RUN_RECORD
     record.mkdir()
     for source in (folder.run.config_file, folder.run.report_file):
-        data = without_paths(json.loads(source.read_text()))
-        (record / source.name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    publication.card.save(staging / CARD)
-    files = sorted(p for p in staging.rglob("*") if p.is_file())
-    publication.files = {p.relative_to(staging).as_posix(): p.stat().st_size for p in files}
+        _write_json(record / source.name, without_paths(json.loads(source.read_text())))
+
+
+def _write_json(file: Path, data: Any) -> None:
+    file.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def _stage_model(target: Path, folder: ModelFolder) -> None:
@@ -188,6 +199,11 @@ def _stage_model(target: Path, folder: ModelFolder) -> None:
         write_remote_code(folder.path, target)
     for name in MACHINE_STATE_FILES:
         _without_machine_state(target / name)
+    record = target / CONVERSION_RECORD
+    if record.is_file():  # the converted checkpoint's local path is the user's business
+        data = json.loads(record.read_text())
+        record.unlink()
+        _write_json(record, without_paths(data))
 
 
 # files whose saved values can describe the machine that saved them; keys (at any depth) left out of them

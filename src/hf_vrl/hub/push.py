@@ -1,4 +1,5 @@
-"""`hf-vrl push`: publish a run's model to the Hugging Face Hub with its model card (`hf_vrl.hub.publish`)."""
+"""`hf-vrl push`: publish a run's model, or a model folder hf_vrl saved, to the Hugging Face Hub with its
+model card (`hf_vrl.hub.publish`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ EPILOG = """examples:
   hf-vrl push runs/diffclip-b16 you/diffclip-b16-cc3m --dry-run
   hf-vrl push runs/dcr you/dcr-clip-l14 --export vision-tower --private
   hf-vrl push runs/dcr you/dcr-clip-l14-tower --what vision-tower
+  hf-vrl push converted/diffclip-cc12m you/diffclip-b16-cc12m     # a folder from `hf-vrl convert`
 
 The token comes from `hf auth login` or HF_TOKEN; it is never printed.
 """
@@ -21,11 +23,16 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="hf-vrl push",
         description="Upload a finished run's model (weights as safetensors, config, processors, remote code) "
         "with a model card built from its config.json and report.json, the run's record and chosen exports, "
-        "in one commit.",
+        "in one commit; or a model folder hf_vrl saved outside a run (`hf-vrl convert`), its card built from "
+        "what it records.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (written by `hf-vrl train`)")
+    parser.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="the run folder (written by `hf-vrl train`), or a model folder hf_vrl saved (`hf-vrl convert`)",
+    )
     parser.add_argument(
         "repo_id", metavar="REPO_ID", help="the Hub repository, owner/name (created if missing)"
     )

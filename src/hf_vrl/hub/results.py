@@ -2,6 +2,12 @@
 (huggingface_hub `EvalResult`s) of the published model, both read from `report.json`.
 
 `METRICS` lists what a card shows, in order; a method whose report adds a section adds its rows here.
+
+The model-index follows the model card spec: task types are Hub task ids, dataset types Hub dataset ids,
+metric types Hub metric ids. So it records the numbers measured on data that is on the Hub
+(`DataName.hub_id`) with a metric the Hub names (`HUB_METRICS`); the rest (local data such as the shapes
+world, CUB-200 or webdataset shards; NMI, ARI, CDNV, which have no Hub metric) stays in the card's table and
+`run/report.json`.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from hf_vrl.hub import markdown
 from hf_vrl.hub.data_names import DataName, describe_dataset
 
 __all__ = [
+    "HUB_METRICS",
     "METRICS",
     "PER_DATASET",
     "CardMetric",
@@ -37,7 +44,8 @@ class CardMetric:
     percent: bool = True  # a fraction shown as a percentage; else a plain number
     labels: str | None = None  # the label column scored when it is not `label` (model-index dataset config)
     metric_config: str | None = None  # how `metric_type` was computed (top-k, recall at k, averaging)
-    indexed: bool = True  # in `model-index` (a mean over several datasets is not: each set is, on its own)
+    # in `model-index`: not a mean over several sets (each set is, on its own), nor a metric without a Hub id
+    indexed: bool = True
 
     def value(self, stage: Mapping[str, Any]) -> float | None:
         value = (stage.get(self.section) or {}).get(self.key)
@@ -48,6 +56,8 @@ class CardMetric:
             return "–"
         return f"{100 * value:.1f} %" if self.percent else f"{value:.3f}"
 
+
+HUB_METRICS = frozenset({"accuracy", "recall", "pearsonr", "f1"})  # hf.co/metrics ids hf_vrl reports
 
 # `task_type`s are Hub task ids (the pipeline tags hf.co/tasks lists); embedding-quality scores (retrieval,
 # clustering, class centres, RSA, pair discrimination) belong to image-feature-extraction, the task of the
@@ -87,12 +97,12 @@ METRICS: tuple[CardMetric, ...] = (
     CardMetric("retrieval", "t2i_R@5", *_RET, "recall", "text→image R@5", metric_config="k=5"),
     CardMetric("retrieval", "i2i_R@1", *_I2I, "recall", "image→image R@1", metric_config="k=1"),
     CardMetric("retrieval", "i2i_R@5", *_I2I, "recall", "image→image R@5", metric_config="k=5"),
-    CardMetric("clustering", "nmi", *_CLU, "nmi", "NMI"),
+    CardMetric("clustering", "nmi", *_CLU, "nmi", "NMI", indexed=False),
     CardMetric("clustering", "acc", *_CLU, "accuracy", "accuracy (Hungarian)"),
-    CardMetric("clustering", "ari", *_CLU, "ari", "ARI"),
-    CardMetric("clustering_fine", "nmi", *_FINE, "nmi", "NMI", labels="fine_label"),
+    CardMetric("clustering", "ari", *_CLU, "ari", "ARI", indexed=False),
+    CardMetric("clustering_fine", "nmi", *_FINE, "nmi", "NMI", labels="fine_label", indexed=False),
     CardMetric("clustering_fine", "acc", *_FINE, "accuracy", "accuracy (Hungarian)", labels="fine_label"),
-    CardMetric("clustering_fine", "ari", *_FINE, "ari", "ARI", labels="fine_label"),
+    CardMetric("clustering_fine", "ari", *_FINE, "ari", "ARI", labels="fine_label", indexed=False),
     CardMetric("linear_probe", "accuracy", *_PROBE, "accuracy", "accuracy"),
     CardMetric("linear_probe", "top1", *_PROBE, "accuracy", "top-1 accuracy"),  # CLUE's evaluation
     CardMetric("mmvp", "accuracy", *_MMVP, "accuracy", "pair accuracy"),
@@ -103,7 +113,15 @@ METRICS: tuple[CardMetric, ...] = (
     CardMetric("rsa", "text", *_RSA, "pearsonr", "text embeddings", False),
     CardMetric("granularity", "ncc_fine", *_NCC, "accuracy", "NCC accuracy, fine classes"),
     CardMetric("granularity", "ncc_coarse", *_NCC, "accuracy", "NCC accuracy, coarse classes"),
-    CardMetric("granularity", "cdnv_all", *_NCC, "cdnv", "CDNV, fine classes (lower is tighter)", False),
+    CardMetric(
+        "granularity",
+        "cdnv_all",
+        *_NCC,
+        "cdnv",
+        "CDNV, fine classes (lower is tighter)",
+        False,
+        indexed=False,
+    ),
 )
 # the model-index groups results by task type and dataset and keeps one task name per group: the names it
 # records (`index_names`)
@@ -154,7 +172,7 @@ def eval_results(
     report: Mapping[str, Any], data: DataName | None, split: str, mmvp: DataName | None = None
 ) -> list:
     """The `model-index` of the trained model: one `EvalResult` per metric after training, on `data`
-    (`split`), MMVP on `mmvp`."""
+    (`split`), MMVP on `mmvp`, for the data that is on the Hub and the metrics it names (module docstring)."""
     from huggingface_hub import EvalResult
 
     after = report.get("after") or {}
@@ -164,14 +182,14 @@ def eval_results(
         if value is None or not m.indexed:
             continue
         dataset = mmvp if m.section in ("mmvp", "pairs") and mmvp is not None else data
-        if dataset is None:
+        if dataset is None or dataset.hub_id is None:
             continue
         task_name, metric_name = index_names(m)
         results.append(
             EvalResult(
                 task_type=m.task_type,
                 task_name=task_name,
-                dataset_type=dataset.type,
+                dataset_type=dataset.hub_id,
                 dataset_name=dataset.name,
                 dataset_config=m.labels,
                 dataset_split=None if dataset is mmvp else split,
@@ -185,12 +203,14 @@ def eval_results(
         for name, value in (after.get(section) or {}).items():
             if name == "top1" or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            dataset = describe_dataset(name) or DataName(name, name)
+            dataset = describe_dataset(name)
+            if dataset is None or dataset.hub_id is None:
+                continue
             results.append(
                 EvalResult(
                     task_type=task_type,
                     task_name=TASK_NAMES[task_type],
-                    dataset_type=dataset.type,
+                    dataset_type=dataset.hub_id,
                     dataset_name=dataset.name,
                     metric_type="accuracy",
                     metric_name=f"{task_name}: top-1 accuracy",

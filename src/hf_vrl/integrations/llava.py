@@ -28,7 +28,6 @@ import torch
 from PIL import Image
 from transformers import (
     AutoConfig,
-    AutoImageProcessor,
     AutoModel,
     AutoProcessor,
     LlavaForConditionalGeneration,
@@ -39,6 +38,7 @@ from transformers.dynamic_module_utils import custom_object_save
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
 
+from hf_vrl.data import processors
 from hf_vrl.devices import module_device, module_dtype
 from hf_vrl.errors import UserError
 
@@ -432,7 +432,7 @@ def load_llava_processor(name_or_path: str | Path) -> LlavaProcessor | None:
 def load_image_processor(name_or_path: str | Path) -> Any:
     """The image processor saved with a vision tower, or None where it has none."""
     try:
-        return AutoImageProcessor.from_pretrained(name_or_path)
+        return processors.load_image_processor(name_or_path)
     except (OSError, ValueError):
         return None
 

@@ -29,6 +29,8 @@ from trl import SFTConfig, SFTTrainer
 
 from hf_vrl.errors import UserError
 from hf_vrl.integrations.llava_export import add_tower_arguments
+from hf_vrl.run.preflight import check_loggers
+from hf_vrl.trainer import set_logging_dir
 
 PROJECTOR = "model.multi_modal_projector."
 PROJECTOR_WEIGHTS = "projector.safetensors"
@@ -96,9 +98,11 @@ def align_projector(
     eval_dataset: Dataset,
     args: SFTConfig,
     resume_from_checkpoint: str | bool | None = None,
+    logging_dir: str | None = None,
 ) -> dict[str, float]:
     """Train only the projector of `llava_model` with trl's `SFTTrainer` on
-    prompt-completion rows (`caption_pairs`); returns the held-out caption loss before and after."""
+    prompt-completion rows (`caption_pairs`); returns the held-out caption loss before and after.
+    `logging_dir`: TensorBoard's folder when `args.report_to` has it."""
     freeze_all_but_projector(llava_model)
     trainer = ProjectorSFTTrainer(
         model=llava_model,
@@ -107,6 +111,7 @@ def align_projector(
         eval_dataset=eval_dataset,
         processing_class=processor,
     )
+    set_logging_dir(trainer, logging_dir)
     before = trainer.evaluate()["eval_loss"]
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     after = trainer.evaluate()["eval_loss"]
@@ -122,7 +127,9 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="hf-vrl llava-align",
         description="Relearn a LLaVA's projector (tower and language model frozen) on image-caption pairs: "
         "LLaVA's stage-1 recipe, with trl's SFTTrainer.",
-        epilog="Without --vision the LLaVA's own projector is re-tuned for its current tower.",
+        epilog="Without --vision the LLaVA's own projector is re-tuned for its current tower. Flags take "
+        "either spelling (--output-dir, --output_dir) and train's names (--num-train-epochs, --precision, "
+        "--num-workers, --train-limit), as in hf-vrl train.",
     )
     output_help = "folder for the aligned LLaVA, its processor and llava_align.json (checkpoints go to "
     add_tower_arguments(parser, vision_required=False, output_help=output_help + "<output>/checkpoints)")
@@ -132,7 +139,13 @@ def _build_parser() -> argparse.ArgumentParser:
         default="shapes",
         help="image-caption pairs: a hf_vrl.data name or path (default: the generated shapes world)",
     )
-    data.add_argument("--max-train-samples", type=int, help="use at most this many pairs (default: all)")
+    data.add_argument(
+        "--train-limit",
+        "--max-train-samples",
+        dest="max_train_samples",
+        type=int,
+        help="use at most this many pairs (default: all)",
+    )
     data.add_argument("--eval-samples", type=int, default=256, help=_default("held-out pairs for the loss"))
     data.add_argument(
         "--prompt",
@@ -148,25 +161,48 @@ def _build_parser() -> argparse.ArgumentParser:
         default=-1,
         help="optimizer steps (default: -1, use --epochs; a streamed dataset needs a number)",
     )
-    train.add_argument("--epochs", type=float, default=1.0, help=_default("passes over the pairs"))
+    train.add_argument(
+        "--num-train-epochs", "--epochs", dest="epochs", type=float, default=1.0, help=_default("passes")
+    )
     train.add_argument("--batch-size", type=int, default=32, help=_default("pairs per device and step"))
     train.add_argument("--gradient-accumulation-steps", type=int, default=1, help=_default("micro-batches"))
     train.add_argument("--learning-rate", type=float, default=1e-3, help=_default("peak learning rate"))
     train.add_argument("--warmup-ratio", type=float, default=0.03, help=_default("warm-up part of the steps"))
     train.add_argument("--dtype", default="float32", choices=tuple(DTYPES), help=_default("LLaVA dtype"))
     train.add_argument(
-        "--mixed-precision", default="no", choices=("no", "bf16", "fp16"), help=_default("autocast")
+        "--precision",
+        "--mixed-precision",
+        dest="mixed_precision",
+        default="no",
+        choices=("no", "bf16", "fp16"),
+        help=_default("autocast"),
     )
     train.add_argument("--activation-checkpointing", action="store_true", help="recompute activations")
     train.add_argument("--logging-steps", type=int, default=10, help=_default("log every this many steps"))
     train.add_argument(
         "--save-steps", type=int, default=500, help=_default("checkpoint every this many steps")
     )
-    train.add_argument("--dataloader-num-workers", type=int, default=0, help=_default("loader processes"))
+    train.add_argument(
+        "--num-workers",
+        "--dataloader-num-workers",
+        dest="dataloader_num_workers",
+        type=int,
+        default=0,
+        help=_default("loader processes"),
+    )
     train.add_argument(
         "--seed", type=int, default=0, help=_default("seed of the split, new projector, order")
     )
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
+    logs = parser.add_argument_group("logging")
+    logs.add_argument(
+        "--report-to",
+        nargs="+",
+        default=["none"],
+        help="where the training logs go, as in hf-vrl train: none, all, tensorboard, wandb, ... "
+        "(default: none)",
+    )
+    logs.add_argument("--logging-dir", help="TensorBoard's folder (default: <output>/logs)")
     return parser
 
 
@@ -179,6 +215,7 @@ def _validate(options: argparse.Namespace) -> None:
         raise UserError("--max-train-samples must exceed --eval-samples (the held-out pairs come from it).")
     if not 0 <= options.warmup_ratio < 1:
         raise UserError(f"--warmup-ratio must lie in [0, 1) (got {options.warmup_ratio}).")
+    check_loggers(options.report_to)
 
 
 def _check_prompt(prompt: str, image_token: str) -> None:
@@ -213,7 +250,7 @@ def sft_config(options: argparse.Namespace, output_dir: Path, streamed: bool) ->
         dataloader_num_workers=options.dataloader_num_workers,
         dataloader_pin_memory=torch.cuda.is_available(),
         use_cpu=not torch.cuda.is_available(),
-        report_to="none",
+        report_to=options.report_to,
     )
 
 
@@ -270,7 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     resume = get_last_checkpoint(str(checkpoints)) if options.resume and checkpoints.is_dir() else None
     if options.resume and resume is None:
         print(f"no checkpoint in {checkpoints}: starting from the beginning")
-    losses = align_projector(llava, processor, train, held_out, args, resume_from_checkpoint=resume)
+    logging_dir = options.logging_dir or str(output / "logs")
+    losses = align_projector(
+        llava, processor, train, held_out, args, resume_from_checkpoint=resume, logging_dir=logging_dir
+    )
     if not args.should_save:  # a worker of a multi-GPU run: the main process writes
         return 0
     save_llava(llava, output, processor)

@@ -1,7 +1,7 @@
 """`hf-vrl export-llava`: put an enhanced vision tower into a LLaVA and save the result.
 
     hf-vrl export-llava --llava llava-hf/llava-1.5-7b-hf --vision runs/dcr/vision-tower \\
-        --output runs/llava-dcr
+        --output-dir runs/llava-dcr
 
 `--vision` is a tower folder (DCR / DiVE export, DiffCLIP vision model, CLUE ViT backbone) or a dual encoder
 (CLIPModel, DiffCLIPModel: its vision tower is taken). The tower must give the projector's width and the image
@@ -37,7 +37,7 @@ def add_tower_arguments(parser: argparse.ArgumentParser, *, vision_required: boo
         required=vision_required,
         help="vision tower folder or Hub id (a tower, or a CLIPModel / DiffCLIPModel whose tower is taken)",
     )
-    parser.add_argument("--output", required=True, help=output_help)
+    parser.add_argument("--output-dir", "--output", dest="output", required=True, help=output_help)
     parser.add_argument(
         "--vision-feature-layer",
         type=feature_layer,
@@ -56,7 +56,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-vrl export-llava",
         description="Put an enhanced vision tower into a LLaVA (transformers LlavaForConditionalGeneration).",
-        epilog="A tower of another width or patch grid needs its projector relearned: hf-vrl llava-align.",
+        epilog="A tower of another width or patch grid needs its projector relearned: hf-vrl llava-align. "
+        "Flags take either spelling (--output-dir, --output_dir), as in hf-vrl train.",
     )
     add_tower_arguments(parser, vision_required=True, output_help="folder for the LLaVA with the new tower")
     parser.add_argument(

@@ -91,6 +91,19 @@ def _scheduler_problem(value: Any) -> str | None:
     return f"unknown schedule {value!r}; {hint}choose one of: {', '.join(names)}"
 
 
+def _report_to_problem(value: Any) -> str | None:
+    """What is wrong with a `report_to` list (transformers' integration names, or all / none), or None."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    names = ["all", "none", *INTEGRATION_TO_CALLBACK]
+    unknown = [name for name in value if name not in names]
+    if unknown:
+        return f"unknown logger {unknown[0]!r}; choose from: {', '.join(names)}"
+    if len(value) > 1 and {"all", "none"} & set(value):
+        return "'all' and 'none' stand alone"
+    return None
+
+
 # -- the shared sections -----------------------------------------------------------------------------------
 
 
@@ -199,6 +212,26 @@ class OutputConfig:
         2, "checkpoints kept per stage (the newest)", check=at_least(1), identity=False
     )
     logging_steps: int = setting(10, "log every this many optimiser steps", check=at_least(1), identity=False)
+    report_to: list[str] = setting(
+        help="where the training logs (the loss and each loss term) go, as TrainingArguments' report_to: "
+        "none, all, or integrations such as tensorboard, wandb, trackio, mlflow",
+        check=_report_to_problem,
+        identity=False,
+        default_factory=lambda: ["none"],
+    )
+    logging_dir: str | None = setting(
+        None,
+        "TensorBoard's folder, one subfolder per stage (default: <run>/logs/tensorboard)",
+        identity=False,
+    )
+    push_to_hub: bool = setting(
+        False,
+        "publish the run as `hf-vrl push` does (model, card, record) to --hub-model-id when it ends; the "
+        "card replaces the repository's, as the Trainer's push does",
+        identity=False,
+    )
+    hub_model_id: str | None = setting(None, "the Hub repository to push to, owner/name", identity=False)
+    hub_private_repo: bool = setting(False, "create the Hub repository private", identity=False)
 
 
 @dataclass
@@ -241,6 +274,8 @@ class RunConfig:
             problems.append(f"optim.min_learning_rate needs lr_scheduler cosine, not {optim.lr_scheduler!r}")
         if optim.min_learning_rate >= optim.learning_rate:
             problems.append("optim.min_learning_rate must be below learning_rate")
+        if self.output.push_to_hub and not self.output.hub_model_id:
+            problems.append("output.push_to_hub needs output.hub_model_id: give --hub-model-id owner/name")
         try:
             self.batch_plan(process_count())
         except UserError as error:

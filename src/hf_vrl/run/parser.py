@@ -25,7 +25,7 @@ from hf_vrl.run.config import RunConfig, leaf_fields, load_config_file, resolve
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["COMMON_ALIASES", "ParsedRun", "build_parser", "parse_run_args"]
+__all__ = ["COMMON_ALIASES", "ParsedRun", "build_parser", "dashed_flags", "parse_run_args"]
 
 # old flag (either spelling) -> the tokens that replace it (its value, if any, follows unchanged)
 COMMON_ALIASES: dict[str, list[str]] = {
@@ -135,6 +135,16 @@ def build_parser(
         value = getattr(getattr(shown, section) if section else shown, f.name)
         _add_setting(groups[section], f"{section}.{f.name}" if section else f.name, f, tp, value)
     return parser
+
+
+def dashed_flags(argv: Sequence[str]) -> list[str]:
+    """`--a_b` / `--a_b=v` -> `--a-b` / `--a-b=v`: how the commands other than `train` (whose parser lists
+    both) take a flag in either spelling. Values are left as they are."""
+    out = []
+    for token in argv:
+        name, eq, value = token.partition("=")
+        out.append(name.replace("_", "-") + eq + value if name.startswith("--") else token)
+    return out
 
 
 def _rewrite_aliases(argv: list[str], aliases: dict[str, list[str]]) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hf_vrl.errors import UserError
 
-__all__ = ["check_data", "check_source"]
+__all__ = ["check_data", "check_loggers", "check_push", "check_source"]
 
 
 def check_data(name: str | None, what: str) -> None:
@@ -62,3 +62,34 @@ def check_source(value: str | None, what: str, special: Iterable[str] = ()) -> N
             f"{what} {value}: neither a local folder nor reachable on the Hugging Face Hub (HF_HUB_OFFLINE=1 "
             "and it is not in the local cache): download it first, or give a local folder"
         )
+
+
+def check_loggers(report_to: Iterable[str]) -> None:
+    """Every logger `report_to` names is installed (transformers would fail at the first step otherwise)."""
+    from transformers.integrations import get_available_reporting_integrations
+
+    available = set(get_available_reporting_integrations())
+    missing = [name for name in report_to if name not in ("all", "none") and name not in available]
+    if missing:
+        raise UserError(
+            f"--report-to {missing[0]}: it is not installed here (pip install {missing[0]}), or leave it out"
+        )
+
+
+def check_push(push_to_hub: bool, repo_id: str | None) -> None:
+    """--push-to-hub can succeed when the run ends: a full repo id, the Hub online, a token."""
+    if not push_to_hub:
+        return
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id or "")
+    except HFValidationError:
+        raise UserError(f"--hub-model-id {repo_id!r}: not a valid Hub repo id (owner/name)") from None
+    if "/" not in (repo_id or ""):
+        raise UserError(f"--hub-model-id {repo_id}: give the full id, owner/name (e.g. you/{repo_id})")
+    if constants.HF_HUB_OFFLINE:
+        raise UserError("--push-to-hub needs the Hub, but HF_HUB_OFFLINE=1 is set: unset it, or push later")
+    if get_token() is None:
+        raise UserError("--push-to-hub: not logged in to the Hugging Face Hub (hf auth login, or HF_TOKEN)")

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from hf_vrl.errors import UserError
-from hf_vrl.run import fsdp
+from hf_vrl.run import fsdp, preflight
 from hf_vrl.run.config import RunConfig
 from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
 from hf_vrl.run.layout import RunDir, RunLock, atomic_dir, atomic_write_json, last_complete_checkpoint
@@ -188,7 +188,8 @@ class Run:
             dataloader_num_workers=cfg.data.num_workers,
             dataloader_drop_last=True,  # equal batches: the contrastive gather needs them
             remove_unused_columns=False,
-            report_to="none",
+            report_to=output.report_to,
+            logging_dir=str(Path(output.logging_dir or self.dir.logs / "tensorboard") / stage),
             use_cpu=not cuda,
             ddp_find_unused_parameters=False,
             accelerator_config={"dispatch_batches": False},  # each process reads its own share
@@ -353,6 +354,8 @@ def execute(method_class: type[Method], config: RunConfig, resume: str | None = 
     stages = method.stages()
     _check_resume_target(run, stages)
     method.check()  # all that can be known before training, before anything is written
+    preflight.check_loggers(config.output.report_to)
+    preflight.check_push(config.output.push_to_hub, config.output.hub_model_id)
     lock = _lock(out, state)  # one writer per folder, taken before the folder is read
     try:
         with handle_signals():
@@ -444,8 +447,29 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
                 report["after"] = after
         report["outputs"] = {"final": str(out.final), **_finish(method, model)}
         _write_report(run, report)
+        if config.output.push_to_hub:
+            _push(run)
     state.wait_for_everyone()
     return report
+
+
+def _push(run: Run) -> None:
+    """--push-to-hub: publish the finished run as `hf-vrl push` does; a failed upload loses nothing (the run
+    is saved, and the log says how to retry)."""
+    from hf_vrl.hub.publish import publish
+
+    output = run.config.output
+    try:
+        publication = publish(
+            run.dir.root, output.hub_model_id, private=output.hub_private_repo, overwrite_card=True
+        )
+    except Exception as error:
+        logger.error(
+            "could not push to %s (%s: %s); the run is saved: retry with `hf-vrl push %s %s`",
+            output.hub_model_id, type(error).__name__, error, run.dir.root, output.hub_model_id,
+        )  # fmt: skip
+        return
+    logger.info("pushed to %s", publication.url)
 
 
 def _previous_report(out: RunDir) -> dict[str, Any]:

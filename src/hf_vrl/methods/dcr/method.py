@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
+from hf_vrl.data.processors import load_image_processor
 from hf_vrl.data.toy import OMITTABLE
 from hf_vrl.errors import UserError
 from hf_vrl.run.batch import BatchPlan
@@ -331,10 +332,9 @@ class DCRMethod(Method):
         dcr = self.config.dcr
         if dcr.image_mean is not None and dcr.image_std is not None:
             return dcr.image_mean, dcr.image_std
-        from transformers import AutoImageProcessor
 
         try:
-            processor = AutoImageProcessor.from_pretrained(self.clip)
+            processor = load_image_processor(self.clip)
         except OSError:
             raise UserError(
                 f"{self.clip} has no image processor: give --image-mean and --image-std"
@@ -434,10 +434,9 @@ class DCRMethod(Method):
         return DCRModel.from_pretrained(source, dtype=torch.float32)
 
     def _processor(self) -> Any:
-        from transformers import AutoImageProcessor
 
         try:
-            return AutoImageProcessor.from_pretrained(self.clip)
+            return load_image_processor(self.clip)
         except OSError:
             return None
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from hf_vrl.data.processors import load_image_processor
 from hf_vrl.methods.dcr.diffusion import tiny_diffusion
 from hf_vrl.methods.dcr.task import DCRCollator
 
@@ -58,7 +59,7 @@ def pretrain_clip(
     logit scale clamped at 100 after each step as open_clip does), so a run under several processes can build
     this stand-in on its main process alone.
     """
-    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel
+    from transformers import AutoConfig, AutoTokenizer, CLIPModel
     from transformers.optimization import get_cosine_schedule_with_warmup
 
     from hf_vrl.contrastive import clip_contrastive_loss
@@ -68,7 +69,7 @@ def pretrain_clip(
     torch.manual_seed(seed)
     model = CLIPModel(AutoConfig.from_pretrained(config_dir)).train()
     processor, tokenizer = (
-        AutoImageProcessor.from_pretrained(config_dir),
+        load_image_processor(config_dir),
         AutoTokenizer.from_pretrained(config_dir),
     )
     matrices = [p for p in model.parameters() if p.ndim >= 2]

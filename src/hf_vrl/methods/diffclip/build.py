@@ -15,6 +15,7 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
+from hf_vrl.data.processors import load_image_processor
 from hf_vrl.errors import UserError
 
 __all__ = ["ARCHS", "architecture_problems", "build_model", "load_processors", "model_config"]
@@ -122,7 +123,7 @@ def load_processors(
     """(image_processor, tokenizer) from preset folders in hub_configs/ (e.g. "tiny-clip"), local folders or
     Hub ids; `image_processor_kwargs` override processor attributes (diffclip-b16: SLIP's ImageNet
     mean/std)."""
-    from transformers import AutoImageProcessor, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from hf_vrl.presets import preset_path
 
@@ -133,9 +134,7 @@ def load_processors(
             return name
 
     try:
-        processor = AutoImageProcessor.from_pretrained(
-            resolve(image_processor), **dict(image_processor_kwargs or {})
-        )
+        processor = load_image_processor(resolve(image_processor), **dict(image_processor_kwargs or {}))
         return processor, AutoTokenizer.from_pretrained(resolve(tokenizer))
     except OSError as error:
         raise UserError(

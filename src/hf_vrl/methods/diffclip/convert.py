@@ -7,7 +7,7 @@
   is measured on held-out inputs and attached as `model.conversion_report` (`ConversionReport`).
 * `diffclip_from_official_checkpoint`: reads `hammh0a/DiffCLIP_ViTB16_CC3M|CC12M`'s `checkpoint_best.pt` (a
   SLIP training checkpoint) without running pickled code, and maps its timm / OpenAI-style keys to DiffCLIP's;
-  `slip_image_processor` reproduces SLIP's evaluation preprocessing.
+  `hf_vrl.methods.diffclip.processors.slip_image_processor` reproduces SLIP's evaluation preprocessing.
 """
 
 import argparse
@@ -27,18 +27,12 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
-from transformers import (
-    AutoImageProcessor,
-    AutoTokenizer,
-    CLIPImageProcessor,
-    CLIPImageProcessorPil,
-    CLIPModel,
-)
-from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
+from transformers import CLIPModel
 
 from hf_vrl.contrastive import as_embeddings
 from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.errors import UserError
+from hf_vrl.methods.diffclip.processors import clip_processors
 from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
 
 logger = logging.getLogger(__name__)
@@ -226,25 +220,6 @@ def synthetic_calibration_inputs(config: DiffCLIPConfig, batch_size: int = 8, se
         if token is not None:
             input_ids[:, position] = token
     return {"pixel_values": pixels, "input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-
-
-def clip_processors(
-    clip_path: str | os.PathLike | None, image_size: int, image_processor: Any = None, tokenizer: Any = None
-) -> tuple[Any, Any]:
-    """(image processor, tokenizer): those given, else those saved with a CLIP at `clip_path` (the tokenizer
-    is None where there is none). Without a saved image processor, CLIP's default at `image_size`: resize the
-    shortest edge (bicubic), centre crop, OpenAI mean/std."""
-    if clip_path is not None and image_processor is None:
-        with contextlib.suppress(OSError, ValueError):
-            image_processor = AutoImageProcessor.from_pretrained(clip_path)
-    if clip_path is not None and tokenizer is None:
-        with contextlib.suppress(OSError, ValueError):
-            tokenizer = AutoTokenizer.from_pretrained(clip_path)
-    if image_processor is None:
-        image_processor = CLIPImageProcessor(
-            size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
-        )
-    return image_processor, tokenizer
 
 
 def _rows(data: Any, image_size: int, num_samples: int) -> tuple[list, list[str] | None, str]:
@@ -826,26 +801,3 @@ def diffclip_from_official_checkpoint(
     check_shapes(converted, expected, "checkpoint")
     model.load_state_dict(converted, strict=True)
     return model
-
-
-def slip_image_processor(image_size: int = 224) -> CLIPImageProcessorPil:
-    """The image processor that reproduces SLIP's evaluation preprocessing (its `val_transform`, which the
-    released DiffCLIP checkpoints were validated with): resize the shorter side to `image_size` (bilinear),
-    centre crop, ImageNet mean/std, where CLIP's default is bicubic with OpenAI's mean/std.
-
-    The PIL backend, as torchvision transforms PIL images; saved, it loads as a `CLIPImageProcessor`. One
-    difference remains: where the resized image is an odd number of pixels larger than the crop, torchvision's
-    `CenterCrop` rounds the offset to the even neighbour and transformers rounds down, one pixel apart.
-    """
-    return CLIPImageProcessorPil(
-        do_resize=True,
-        size={"shortest_edge": image_size},
-        resample=PILImageResampling.BILINEAR,
-        do_center_crop=True,
-        crop_size={"height": image_size, "width": image_size},
-        do_rescale=True,
-        do_normalize=True,
-        image_mean=list(IMAGENET_DEFAULT_MEAN),
-        image_std=list(IMAGENET_DEFAULT_STD),
-        do_convert_rgb=True,
-    )

@@ -1,14 +1,20 @@
-"""`hf-vrl convert diffclip (--official CKPT | --clip ID) --output DIR`: a DiffCLIP model folder (safetensors,
-remote code, processors) from a released DiffCLIP checkpoint or from a transformers CLIP, loadable with
-`AutoModel.from_pretrained(DIR, trust_remote_code=True)` and the zero-shot pipeline, and publishable with
-`hf-vrl push`."""
+"""`hf-vrl convert diffclip (--official CKPT | --clip ID) --output-dir DIR`: a DiffCLIP model folder
+(safetensors, remote code, processors) from a released DiffCLIP checkpoint or from a transformers CLIP,
+loadable with `AutoModel.from_pretrained(DIR, trust_remote_code=True)` and the zero-shot pipeline, and
+publishable with `hf-vrl push DIR owner/name`: the folder records what was converted (`conversion.json`: the
+source, the base model, the closeness to the source CLIP, and for a released checkpoint its authors' figures),
+from which the push builds the model card."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any
 
 from hf_vrl.errors import UserError
+from hf_vrl.hub.folder import CONVERSION_RECORD
+from hf_vrl.methods.diffclip.paper import RELEASED, released_pretraining, released_results
 
 __all__ = ["main"]
 
@@ -23,12 +29,23 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--official", metavar="CKPT", help="a released DiffCLIP checkpoint_best.pt")
     source.add_argument("--clip", metavar="ID", help="a transformers CLIPModel: Hub id or folder")
     parser.add_argument(
-        "--output", required=True, metavar="DIR", help="the model folder to write (new or empty)"
+        "--output-dir",
+        "--output",
+        dest="output",
+        required=True,
+        metavar="DIR",
+        help="the model folder to write (new or empty)",
     )
     parser.add_argument(
         "--tokenizer",
         help="tokenizer to save with the model (default: the CLIP's; with --official: none unless given, "
         "the released models use OpenAI's CLIP BPE, e.g. openai/clip-vit-base-patch16)",
+    )
+    parser.add_argument(
+        "--pretraining-data",
+        choices=sorted(RELEASED),
+        help="--official only: the released checkpoint's pre-training data, for its card (default: read from "
+        "the checkpoint's path, e.g. DiffCLIP_ViTB16_CC12M)",
     )
     parser.add_argument(
         "--calibration",
@@ -44,13 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output)
     if output.exists() and any(output.iterdir()):
         raise UserError(f"{output} is not empty: give a new or empty folder")
-    from transformers import AutoImageProcessor, AutoTokenizer, CLIPProcessor
+    from transformers import AutoTokenizer, CLIPProcessor
 
-    from hf_vrl.methods.diffclip.convert import (
-        diffclip_from_clip,
-        diffclip_from_official_checkpoint,
-        slip_image_processor,
-    )
+    from hf_vrl.data.processors import load_image_processor
+    from hf_vrl.methods.diffclip.convert import diffclip_from_clip, diffclip_from_official_checkpoint
+    from hf_vrl.methods.diffclip.processors import slip_image_processor
     from hf_vrl.models.diffclip import DiffCLIPModel
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else None
@@ -58,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         model = diffclip_from_official_checkpoint(args.official, model_class=DiffCLIPModel)
         image_processor = slip_image_processor(model.config.vision_config.image_size)
     else:
-        image_processor = AutoImageProcessor.from_pretrained(args.clip)
+        image_processor = load_image_processor(args.clip)
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(args.clip)
         model = diffclip_from_clip(
             args.clip,
@@ -73,8 +88,31 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer.save_pretrained(output)
     image_processor.save_pretrained(output)
     report = getattr(model, "conversion_report", None)
+    record = conversion_record(args, report)
+    (output / CONVERSION_RECORD).write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {output}" + (f" (conversion: {report})" if report else ""))
     return 0
+
+
+def conversion_record(args: argparse.Namespace, report: Any) -> dict[str, Any]:
+    """What `conversion.json` records: the source and its Hub id where known, the closeness to the source
+    CLIP (`ConversionReport`), and for a released checkpoint its authors' figures."""
+    import dataclasses
+
+    import hf_vrl
+    from hf_vrl.hub.data_names import is_hub_id
+
+    record: dict[str, Any] = {"method": "diffclip", "hf_vrl_version": hf_vrl.__version__}
+    if args.official:
+        pretraining = args.pretraining_data or released_pretraining(args.official)
+        record["source"] = {"kind": "official checkpoint", "checkpoint": args.official}
+        record["base_model"] = f"hammh0a/DiffCLIP_ViTB16_{pretraining}" if pretraining else None
+        record["paper_results"] = released_results(pretraining) if pretraining else None
+    else:
+        record["source"] = {"kind": "transformers CLIP", "checkpoint": args.clip}
+        record["base_model"] = args.clip if is_hub_id(args.clip) and not Path(args.clip).exists() else None
+    record["closeness"] = dataclasses.asdict(report) if report is not None else None
+    return record
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
+from hf_vrl.data.processors import load_image_processor
 from hf_vrl.errors import UserError
 from hf_vrl.methods.dive.settings import DiVESettings
 from hf_vrl.run.batch import BatchPlan, contrastive_sees, process_count
@@ -163,11 +164,11 @@ class DiVEMethod(Method):
     # -- inputs ----------------------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from transformers import AutoImageProcessor, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.settings: DiVESettings = self.config.dive
         self.pretrained = self._pretrained_path()
-        self.image_processor = AutoImageProcessor.from_pretrained(self.pretrained)
+        self.image_processor = load_image_processor(self.pretrained)
         self.tokenizer = AutoTokenizer.from_pretrained(self.pretrained)
         self._frozen: nn.Module | None = None
         self._sets: dict[str, Any] | None = None
@@ -528,12 +529,12 @@ def pretrain_toy_clip(model: DiVEModelConfig, out_dir: Path, seed: int) -> Path:
 
 def toy_model_dir(source: str, out_dir: Path, image_size: int | None) -> Path:
     """The config, processor and tokenizer of the preset `source`, at `image_size` pixels when given."""
-    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     from hf_vrl.evaluation import _resolve_model_path
 
     source = _resolve_model_path(source)
-    config, processor = AutoConfig.from_pretrained(source), AutoImageProcessor.from_pretrained(source)
+    config, processor = AutoConfig.from_pretrained(source), load_image_processor(source)
     if image_size is not None:
         config.vision_config.image_size = image_size
         processor.size = {"shortest_edge": image_size}

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_vrl.data.processors import load_image_processor
 from hf_vrl.errors import UserError
 
 __all__ = ["check_dual_encoder", "load_dual_encoder"]
@@ -41,7 +42,7 @@ def _config_only(path: Path) -> bool:
 def load_dual_encoder(name: str, *, trust_remote_code: bool = False) -> tuple[nn.Module, Any, Any]:
     """(model in float32, image processor, tokenizer) for `name`: a Hub id, a local folder, or a hub_configs
     preset (`tiny-clip`: config, processor and tokenizer without weights -> a randomly initialised model)."""
-    from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from hf_vrl.evaluation import _resolve_model_path, load_model_and_processors
 
@@ -51,7 +52,7 @@ def load_dual_encoder(name: str, *, trust_remote_code: bool = False) -> tuple[nn
 
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         model = AutoModel.from_config(config, trust_remote_code=trust_remote_code)
-        image_processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+        image_processor = load_image_processor(path, trust_remote_code=trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     else:
         model, image_processor, tokenizer = load_model_and_processors(

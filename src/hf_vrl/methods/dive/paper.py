@@ -8,10 +8,19 @@ hf_vrl does not train (ARF; "FLYP + replay" is its proxy) maps to None in `ROW_O
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["PAPER_TABLES", "ROW_OBJECTIVES", "PaperTable", "comparison_table"]
+__all__ = [
+    "PAPER_TABLES",
+    "ROW_OBJECTIVES",
+    "PaperTable",
+    "comparison_table",
+    "paired_p_value",
+    "paired_tests",
+]
 
 # paper row -> DiVE objective that reproduces it ("pretrained": the model before fine-tuning; None: not here)
 ROW_OBJECTIVES: dict[str, str | None] = {
@@ -110,17 +119,62 @@ PAPER_TABLES: dict[int, PaperTable] = {
 }
 
 
-def comparison_table(table: PaperTable, measured: Mapping[str, Mapping[str, float]]) -> str:
+def _cell(value: float | Sequence[float] | None) -> str:
+    """A measured cell: a number, or the mean ± sample std over seeds of a list (the mean alone for one)."""
+    if value is None or (not isinstance(value, (int, float)) and not value):
+        return "-"
+    if isinstance(value, (int, float)):
+        return f"{value:.1f}"
+    mean = statistics.mean(value)
+    return f"{mean:.1f}" if len(value) == 1 else f"{mean:.1f} ± {statistics.stdev(value):.1f}"
+
+
+def comparison_table(table: PaperTable, measured: Mapping[str, Mapping[str, Any]]) -> str:
     """The paper's numbers beside the measured ones: one line per paper row, "paper / measured" per column
-    ("-" where nothing was measured). `measured` is {row: {column: percent}}."""
+    ("-" where nothing was measured). `measured` is {row: {column: percent, or a list of percents, one per
+    seed (shown as mean ± std)}}."""
     from hf_vrl.evaluation import text_table
 
     lines: list[Sequence[str]] = [["", *table.columns]]
     for row, values in table.rows.items():
         ours = measured.get(row, {})
-        cells = [
-            f"{v:.1f} / {'-' if ours.get(c) is None else f'{ours[c]:.1f}'}"
-            for c, v in zip(table.columns, values)
-        ]
+        lines.append([row, *(f"{v:.1f} / {_cell(ours.get(c))}" for c, v in zip(table.columns, values))])
+    return text_table(lines, left_columns=1)
+
+
+def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided p-value of the paired t-test of `a` against `b` (one pair per seed, App. F of the paper);
+    None with fewer than two pairs or when every difference is the same (no spread to test against)."""
+    from scipy.stats import ttest_rel
+
+    if len(a) != len(b):
+        raise ValueError(f"paired samples need one value per seed on both sides, got {len(a)} and {len(b)}")
+    differences = [x - y for x, y in zip(a, b)]
+    if len(a) < 2 or max(differences) == min(differences):
+        return None
+    return float(ttest_rel(a, b).pvalue)
+
+
+def paired_tests(
+    table: PaperTable, measured: Mapping[str, Mapping[str, Sequence[float]]], reference: str = "DiVE"
+) -> str:
+    """Per measured row other than `reference`, per column: `reference` - row, mean over seeds (percentage
+    points), and the paired t-test's p-value (Table 13 of the paper; "-" where undefined or unmeasured)."""
+    from hf_vrl.evaluation import text_table
+
+    ours = measured.get(reference, {})
+    lines: list[Sequence[str]] = [[f"{reference} vs", *table.columns]]
+    for row, columns in measured.items():
+        if row == reference or not columns:
+            continue
+        cells = []
+        for column in table.columns:
+            a, b = list(ours.get(column) or []), list(columns.get(column) or [])
+            if not a or len(a) != len(b):
+                cells.append("-")
+                continue
+            p = paired_p_value(a, b)
+            delta = statistics.mean(a) - statistics.mean(b)
+            cells.append(f"{delta:+.1f} (p {'-' if p is None else f'{p:.3f}'})")
         lines.append([row, *cells])
     return text_table(lines, left_columns=1)

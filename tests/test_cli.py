@@ -1,0 +1,76 @@
+"""The `hf-vrl` command itself: a top-level help that imports no method (nor torch, nor transformers), no
+command that prints transformers' torchvision fallback warning, and every flag in either spelling."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hf_vrl.integrations.llava_align import _build_parser as llava_align_parser
+from hf_vrl.integrations.llava_export import _build_parser as export_llava_parser
+from hf_vrl.run.parser import dashed_flags
+
+HELP_IMPORTS = """
+import sys
+from hf_vrl.cli import main
+main(["--help"])
+print("HEAVY", sorted(m for m in ("torch", "transformers", "hf_vrl.methods") if m in sys.modules))
+"""
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_the_top_level_help_imports_nothing_heavy():
+    done = _run("-c", HELP_IMPORTS)
+    assert done.returncode == 0, done.stderr
+    assert "train one method: diffclip, dcr, dive, clue" in done.stdout
+    assert "HEAVY []" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["train", "diffclip", "--help"], ["eval", "--help"], ["push", "--help"], ["convert", "--help"]],
+)
+def test_no_command_prints_the_torchvision_fallback_warning(command):
+    done = _run("-m", "hf_vrl.cli", *command)
+    assert done.returncode == 0, done.stderr
+    assert "requires torchvision" not in done.stderr
+
+
+def test_the_image_processor_backend_is_explicit():
+    done = _run("-c", "import hf_vrl.methods.diffclip.convert, hf_vrl.methods.diffclip.processors")
+    assert done.returncode == 0 and "requires torchvision" not in done.stderr, done.stderr
+
+
+def test_dashed_flags_rewrites_names_not_values():
+    argv = ["--output_dir=/a_b", "--num_train_epochs", "2", "--prompt", "<image>_x", "-v", "pos_arg"]
+    assert dashed_flags(argv) == [
+        "--output-dir=/a_b",
+        "--num-train-epochs",
+        "2",
+        "--prompt",
+        "<image>_x",
+        "-v",
+        "pos_arg",
+    ]
+
+
+def test_llava_commands_take_trains_flag_names_in_either_spelling():
+    argv = ["--llava", "L", "--output_dir", "O", "--num_train_epochs", "2", "--precision", "bf16"]
+    argv += ["--num-workers", "3", "--train_limit", "500", "--report-to", "tensorboard", "--logging_dir", "T"]
+    options = llava_align_parser().parse_args(dashed_flags(argv))
+    assert (options.output, options.epochs, options.mixed_precision) == ("O", 2.0, "bf16")
+    assert (options.dataloader_num_workers, options.max_train_samples) == (3, 500)
+    assert (options.report_to, options.logging_dir) == (["tensorboard"], "T")
+    old = llava_align_parser().parse_args(
+        ["--llava", "L", "--output", "O", "--epochs", "2", "--mixed-precision", "bf16"]
+    )
+    assert (old.output, old.epochs, old.mixed_precision) == ("O", 2.0, "bf16")  # the earlier names still work
+    export = export_llava_parser().parse_args(
+        dashed_flags(["--llava", "L", "--vision", "V", "--output_dir", "O"])
+    )
+    assert export.output == "O"
