@@ -181,3 +181,17 @@ def trainer_worker(rank: int, port: int, out_dir: str) -> None:
     run.accelerator.free_memory()
     del run
     _shutdown()
+
+
+def random_tiny_clip_world():
+    """The tiny-clip config (random weights) with its processors, and 24 shapes-world images."""
+    from transformers import AutoConfig, CLIPModel
+
+    from hf_vrl.data import shapes_dataset
+    from hf_vrl.methods.diffclip.build import load_processors
+    from hf_vrl.presets import preset_path
+
+    image_processor, tokenizer = load_processors("tiny-clip", "tiny-clip")
+    torch.manual_seed(0)
+    clip = CLIPModel(AutoConfig.from_pretrained(preset_path("tiny-clip"))).eval()
+    return clip, image_processor, tokenizer, shapes_dataset(24, seed=3, image_size=32)

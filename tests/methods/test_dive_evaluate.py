@@ -7,19 +7,17 @@ import copy
 
 import pytest
 import torch
-from dive_helpers import IMAGE_SIZE, model, tiny_diffclip, tiny_siglip
+from dive_helpers import IMAGE_SIZE, model, random_tiny_clip_world, tiny_diffclip, tiny_siglip
 from PIL import Image
-from transformers import AutoConfig, CLIPModel, CLIPVisionModel
+from transformers import CLIPModel, CLIPVisionModel
 
 from hf_vrl.data.toy import shapes_dataset
 from hf_vrl.evaluation import evaluate_clip
-from hf_vrl.methods.diffclip.build import load_processors
 from hf_vrl.methods.dive.data import select_classes
 from hf_vrl.methods.dive.ensemble import choose_wise_ft, interpolate_weights
 from hf_vrl.methods.dive.evaluate import evaluate_dive, flatten_report, id_accuracy
 from hf_vrl.methods.dive.export import export_model, export_vision_tower, vision_tower
 from hf_vrl.methods.dive.shifts import shift_dataset, shift_image
-from hf_vrl.presets import preset_path
 
 TEMPLATES = ["a photo of a {}.", "a drawing of a {}."]
 
@@ -71,11 +69,7 @@ def test_interpolation_needs_the_same_architecture():
 
 @pytest.fixture(scope="module")
 def toy_world():
-    """The tiny-clip config (random weights) with its processors, and 24 shapes-world images."""
-    image_processor, tokenizer = load_processors("tiny-clip", "tiny-clip")
-    torch.manual_seed(0)
-    clip = CLIPModel(AutoConfig.from_pretrained(preset_path("tiny-clip"))).eval()
-    return clip, image_processor, tokenizer, shapes_dataset(24, seed=3, image_size=32)
+    return random_tiny_clip_world()
 
 
 def test_evaluate_dive_layout_and_values(toy_world, device):

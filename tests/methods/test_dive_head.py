@@ -9,14 +9,13 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from dive_helpers import random_tiny_clip_world
 from PIL import Image
-from transformers import AutoConfig, CLIPModel
+from transformers import CLIPModel
 
 import hf_vrl
-from hf_vrl.data.toy import shapes_dataset
 from hf_vrl.errors import UserError
 from hf_vrl.evaluation import encode_images
-from hf_vrl.methods.diffclip.build import load_processors
 from hf_vrl.methods.dive.data import FLYPCollator
 from hf_vrl.methods.dive.evaluate import (
     ClassifySettings,
@@ -37,7 +36,7 @@ from hf_vrl.methods.dive.head import (
 )
 from hf_vrl.methods.dive.method import DiVERunConfig
 from hf_vrl.methods.dive.settings import DiVESettings
-from hf_vrl.presets import load_preset, preset_path
+from hf_vrl.presets import load_preset
 from hf_vrl.run.config import resolve
 from hf_vrl.trainer import VRLTrainingArguments
 
@@ -46,11 +45,7 @@ TEMPLATES = ["a photo of a {}.", "a drawing of a {}."]
 
 @pytest.fixture(scope="module")
 def toy_world():
-    """The tiny-clip config (random weights) with its processors, and 24 shapes-world images."""
-    image_processor, tokenizer = load_processors("tiny-clip", "tiny-clip")
-    torch.manual_seed(0)
-    clip = CLIPModel(AutoConfig.from_pretrained(preset_path("tiny-clip"))).eval()
-    return clip, image_processor, tokenizer, shapes_dataset(24, seed=3, image_size=32)
+    return random_tiny_clip_world()
 
 
 def classifier(toy_world) -> HeadClassifier:
