@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "train tiny models of each method on the embedded data and evaluate before/after",
     ),
     "eval": (
-        "hf_vrl.evaluation",
+        "hf_vrl.eval_command",
         "evaluate a CLIP-like model or vision tower; writes report.json and figures",
     ),
     "compare": ("hf_vrl.run.report", "print and plot the reports of several runs side by side"),

@@ -1,4 +1,5 @@
-"""`evaluate_clip()`: the metric suite for any CLIP-like model or vision tower, and the `hf-vrl eval` command.
+"""`evaluate_clip()`: the metric suite for any CLIP-like model or vision tower, and the loaders of the models
+and data it scores (`hf-vrl eval` is `hf_vrl.eval_command`).
 
 A model qualifies when it exposes `get_image_features(pixel_values=...)` (and, for the text tasks,
 `get_text_features(input_ids=..., attention_mask=...)`), as transformers' CLIPModel / SiglipModel and this
@@ -22,11 +23,7 @@ embeddings give clip_benchmark's numbers; "hf_vrl" counts ties in expectation ov
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -470,7 +467,7 @@ _TASK_FNS = {
 }
 
 
-def _headline(result: Mapping[str, Any]) -> str:
+def headline(result: Mapping[str, Any]) -> str:
     """The float entries of a task result, for the progress log."""
     return ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)) or "done"
 
@@ -501,7 +498,7 @@ def _run_tasks(
             number,
             len(jobs),
             task,
-            _headline(report[task]),
+            headline(report[task]),
             time.perf_counter() - started,
         )
         if on_task_end is not None:
@@ -606,13 +603,13 @@ def text_table(rows: Sequence[Sequence[str]], left_columns: int = 0) -> str:
     )
 
 
-# -- the `hf-vrl eval` command ---------------------------------------------------------------------
+# -- loading what `hf-vrl eval` and the reproduce scripts score -------------------------------------
 
 
 EXAMPLE = "hf-vrl eval --model runs/demo/clip/final --dataset fashion_mnist --output-dir runs/eval"
 
 
-def _resolve_model_path(name: str) -> str:
+def resolve_model_path(name: str) -> str:
     """A local path or hub id as given; a name of a folder in `hub_configs/` (e.g. tiny-clip) maps there."""
     if Path(name).exists():
         return name
@@ -634,7 +631,7 @@ def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> 
 
     import hf_vrl.models  # noqa: F401  (registers hf_vrl's classes with the Auto classes)
 
-    path = _resolve_model_path(name)
+    path = resolve_model_path(name)
     try:
         model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:
@@ -683,214 +680,3 @@ def load_eval_dataset(
             raise UserError(f"{name!r} streams; pass --limit to evaluate a fixed number of its samples")
         ds = datasets.Dataset.from_list(list(ds), features=ds.features)
     return ds
-
-
-def _limit(value: str) -> int | None:
-    """argparse type: a positive count, or "all" for no limit."""
-    if value == "all":
-        return None
-    count = int(value)
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive count or 'all', got {value}")
-    return count
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    from hf_vrl.data.prompts import OPENAI_TEMPLATES
-
-    parser = argparse.ArgumentParser(
-        prog="hf-vrl eval",
-        description="Evaluate a CLIP-like model (CLIPModel, SiglipModel, DiffCLIP, ...) or a vision tower: "
-        "zero-shot classification, retrieval, clustering, linear probe, CLUE granularity metrics "
-        "(CDNV, NCC), RSA against a reference model and MMVP-VLM. Logs progress per task and rewrites "
-        "report.json as each task finishes; PNG figures at the end.",
-        epilog=f"example (after `make demo`): {EXAMPLE}",
-    )
-    parser.add_argument("--model", required=True, help="local model directory, hub_configs preset or hub id")
-    parser.add_argument(
-        "--trust-remote-code", action="store_true", help="allow custom model code from the model dir"
-    )
-    parser.add_argument(
-        "--dataset",
-        help="registry name or path: shapes, digits, fashion_mnist, animal_mnist, cub:<root>, "
-        "imagefolder:<dir>, hf:<name>, webdataset:<glob> (see hf_vrl.data.registry)",
-    )
-    parser.add_argument("--split", default="test", help="split to evaluate on (default: test)")
-    parser.add_argument(
-        "--train-split", default="train", help="split the linear probe trains on (default: train)"
-    )
-    parser.add_argument(
-        "--limit", type=_limit, help="use at most this many evaluation samples (default: all)"
-    )
-    parser.add_argument(
-        "--train-limit",
-        type=_limit,
-        default=DEFAULT_PROBE_TRAIN_LIMIT,
-        help="linear-probe training images, a seeded subset of the train split, or 'all' "
-        f"(default: {DEFAULT_PROBE_TRAIN_LIMIT})",
-    )
-    parser.add_argument("--image-size", type=int, help="resize images to this size when loading the dataset")
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        default=list(DEFAULT_TASKS),
-        choices=TASKS,
-        metavar="TASK",
-        help=f"tasks to run, from {', '.join(TASKS)} (default: {' '.join(DEFAULT_TASKS)})",
-    )
-    parser.add_argument(
-        "--protocol",
-        choices=PROTOCOLS,
-        default=DEFAULT_PROTOCOL,
-        help="zero-shot and retrieval protocol: clip_benchmark (all captions of each image, OpenAI's "
-        "templates for the dataset; comparable with published numbers) or hf_vrl (distinct captions, "
-        f"hf_vrl's 8 templates) (default: {DEFAULT_PROTOCOL})",
-    )
-    parser.add_argument(
-        "--templates",
-        choices=sorted(OPENAI_TEMPLATES),
-        metavar="SET",
-        help="OpenAI template set for zero-shot (default: the dataset's own, else imagenet's 80); one of "
-        + ", ".join(sorted(OPENAI_TEMPLATES)),
-    )
-    parser.add_argument(
-        "--reference-model", help="model to compare against for the rsa task (e.g. the pre-trained)"
-    )
-    parser.add_argument(
-        "--mmvp-dir", help="MMVP-VLM folder (Questions.csv + 'MLLM_VLM Images/') to score as well"
-    )
-    parser.add_argument("--output-dir", required=True, help="folder for report.json and the figures")
-    parser.add_argument("--batch-size", type=int, default=64, help="embedding batch size (default: 64)")
-    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed for subsets, k-means and the probe split (default: 0)"
-    )
-    parser.add_argument(
-        "--scatter", choices=("pca", "tsne"), default="pca", help="2-D projection of the scatter"
-    )
-    parser.add_argument("--no-figures", action="store_true", help="write report.json only")
-    return parser
-
-
-def _write_figures(args, report: dict[str, Any], embeddings: dict[str, Any] | None, out: Path) -> list[str]:
-    from hf_vrl import viz
-
-    written = []
-    if embeddings is not None:
-        path = out / f"embeddings_{args.scatter}.png"
-        viz.plot_embedding_scatter(
-            embeddings["image"],
-            embeddings["labels"],
-            class_names=embeddings["class_names"],
-            method=args.scatter,
-            title=f"{Path(args.model).name} on {args.dataset}/{args.split}",
-            path=path,
-            seed=args.seed,
-        )
-        written.append(path.name)
-    if "mmvp" in report:
-        path = out / "mmvp.png"
-        viz.plot_mmvp_categories(report["mmvp"], title=f"MMVP: {Path(args.model).name}", path=path)
-        written.append(path.name)
-    return written
-
-
-def _show_progress_logs() -> None:
-    """Log hf_vrl's INFO messages (the per-task progress) to stderr unless logging is configured already."""
-    package = logging.getLogger("hf_vrl")
-    if not package.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
-        package.addHandler(handler)
-    if package.getEffectiveLevel() > logging.INFO:
-        package.setLevel(logging.INFO)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` to `path` atomically (a reader never sees a half-written report)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.tmp")
-    staged.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(staged, path)
-
-
-def _summary(report: Mapping[str, Any]) -> str:
-    """One line per task: its headline numbers."""
-    rows = [["task", "result"]]
-    rows += [[task, _headline(result)] for task, result in report.items() if isinstance(result, dict)]
-    table = text_table([row for row in rows if row[0] != "skipped"], left_columns=2)
-    return "\n".join(line.rstrip() for line in table.splitlines())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`hf-vrl eval`: evaluate a model and write report.json (+ figures) to --output-dir, the report being
-    rewritten as each task finishes (`complete` is false until the end)."""
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    if args.dataset is None and args.mmvp_dir is None:
-        parser.error("give --dataset, --mmvp-dir or both")
-    _show_progress_logs()
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    remote = args.trust_remote_code
-    from hf_vrl.run.preflight import check_data, check_source
-
-    check_source(args.model, "--model")  # before loading: one line naming what to change
-    check_data(args.dataset, "--dataset")
-    model, image_processor, tokenizer = load_model_and_processors(args.model, trust_remote_code=remote)
-    reference = None
-    if "rsa" in args.tasks and args.reference_model:
-        reference, _, _ = load_model_and_processors(args.reference_model, trust_remote_code=remote)
-    dataset = train = None
-    if args.dataset is not None:
-        data = {"image_size": args.image_size, "seed": args.seed}
-        dataset = load_eval_dataset(args.dataset, split=args.split, limit=args.limit, **data)
-        if "linear_probe" in args.tasks:
-            train = load_eval_dataset(args.dataset, split=args.train_split, limit=args.train_limit, **data)
-    model.to(device).eval()
-    out = Path(args.output_dir)
-    report: dict[str, Any] = {
-        "model": args.model,
-        "dataset": args.dataset,
-        "split": args.split,
-        "limit": args.limit,
-        "train_limit": args.train_limit if train is not None else None,
-        "protocol": args.protocol,
-        "seed": args.seed,
-        "complete": False,
-    }
-
-    def write(partial: dict[str, Any]) -> None:
-        _write_json(out / "report.json", {**report, **partial})
-
-    embeddings = None
-    if dataset is not None:
-        result, embeddings = evaluate_clip(
-            model,
-            image_processor,
-            tokenizer,
-            dataset,
-            tasks=args.tasks,
-            train_dataset=train,
-            mmvp=args.mmvp_dir,
-            reference_model=reference,
-            templates=args.templates,
-            protocol=args.protocol,
-            dataset_name=args.dataset,
-            batch_size=args.batch_size,
-            device=device,
-            seed=args.seed,
-            return_embeddings=True,
-            on_task_end=write,
-        )
-        report.update(result)
-    else:
-        report["mmvp"] = evaluate_mmvp(
-            model, image_processor, tokenizer, args.mmvp_dir, batch_size=args.batch_size
-        )
-    if not args.no_figures:
-        report["figures"] = _write_figures(args, report, embeddings, out)
-    report["complete"] = True
-    write(report)
-    print(_summary(report))
-    print(f"wrote {out / 'report.json'}")
-    return 0

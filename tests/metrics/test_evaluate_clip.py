@@ -24,7 +24,7 @@ from transformers import (
     SiglipModel,
 )
 
-from hf_vrl import evaluation
+from hf_vrl import eval_command, evaluation
 from hf_vrl.data.prompts import OPENAI_TEMPLATES, ZERO_SHOT_TEMPLATES
 from hf_vrl.errors import UserError
 from hf_vrl.metrics import clustering_scores, mmvp_score, zero_shot_accuracy, zero_shot_classifier
@@ -471,7 +471,9 @@ def test_text_only_model_is_refused_in_one_line(tmp_path):
     text_model.save_pretrained(tmp_path / "text")
     out = tmp_path / "out"
     with pytest.raises(UserError, match="embeds no images"):
-        evaluation.main(["--model", str(tmp_path / "text"), "--dataset", "shapes", "--output-dir", str(out)])
+        eval_command.main(
+            ["--model", str(tmp_path / "text"), "--dataset", "shapes", "--output-dir", str(out)]
+        )
     assert not out.exists()  # refused before anything is written
 
 
@@ -541,7 +543,7 @@ def test_main_writes_report_and_figures(clip_dir, mmvp_dir, registry, tmp_path):
     out = tmp_path / "run"
     argv = ["--model", str(clip_dir), "--dataset", "colors", "--limit", "10", "--image-size", "16"]
     argv += ["--mmvp-dir", str(mmvp_dir), "--output-dir", str(out), "--batch-size", "4"]
-    assert evaluation.main(argv) == 0
+    assert eval_command.main(argv) == 0
     assert registry == [("colors", "test", 10, 16, 0), ("colors", "train", 10000, 16, 0)]  # probe capped
     report = json.loads((out / "report.json").read_text())
     assert report["model"] == str(clip_dir) and report["dataset"] == "colors" and report["n_samples"] == 10
@@ -559,7 +561,7 @@ def test_main_vision_tower_and_mmvp_only(tmp_path, registry, mmvp_dir, clip_dir)
     image_processor().save_pretrained(tower_dir)
     out = tmp_path / "tower-run"
     argv = ["--model", str(tower_dir), "--dataset", "colors", "--tasks", "clustering", "zero_shot"]
-    assert evaluation.main(argv + ["--output-dir", str(out)]) == 0
+    assert eval_command.main(argv + ["--output-dir", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["skipped"] == {"zero_shot": "the model has no text tower"}
     assert report["figures"] == ["embeddings_pca.png"] and (out / "embeddings_pca.png").is_file()
@@ -567,7 +569,7 @@ def test_main_vision_tower_and_mmvp_only(tmp_path, registry, mmvp_dir, clip_dir)
 
     mmvp_out = tmp_path / "mmvp-run"
     assert (
-        evaluation.main(
+        eval_command.main(
             ["--model", str(clip_dir), "--mmvp-dir", str(mmvp_dir), "--output-dir", str(mmvp_out)]
         )
         == 0
@@ -578,24 +580,26 @@ def test_main_vision_tower_and_mmvp_only(tmp_path, registry, mmvp_dir, clip_dir)
 
 def test_main_help_and_usage_errors(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
-        evaluation.main(["--help"])
+        eval_command.main(["--help"])
     assert exc.value.code == 0
     help_text = capsys.readouterr().out
     for flag in ("--model", "--dataset", "--tasks", "--mmvp-dir", "--output-dir", "--trust-remote-code"):
         assert flag in help_text
     with pytest.raises(SystemExit) as exc:
-        evaluation.main(["--model", "x", "--output-dir", str(tmp_path)])
+        eval_command.main(["--model", "x", "--output-dir", str(tmp_path)])
     assert exc.value.code == 2
     assert "--dataset, --mmvp-dir or both" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        evaluation.main(["--model", "x", "--dataset", "d", "--tasks", "bogus", "--output-dir", str(tmp_path)])
+        eval_command.main(
+            ["--model", "x", "--dataset", "d", "--tasks", "bogus", "--output-dir", str(tmp_path)]
+        )
 
 
 def test_main_with_the_registry_shapes_world(clip_dir, tmp_path):
     out = tmp_path / "shapes"
     argv = ["--model", str(clip_dir), "--dataset", "shapes", "--limit", "24", "--image-size", "16"]
     argv += ["--tasks", "zero_shot", "clustering", "granularity", "--no-figures"]
-    assert evaluation.main(argv + ["--output-dir", str(out)]) == 0
+    assert eval_command.main(argv + ["--output-dir", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["n_samples"] == 24 and {"zero_shot", "clustering", "granularity"} <= set(report)
     assert report["skipped"] == {} and "figures" not in report
@@ -616,7 +620,7 @@ def test_streamed_sources_are_materialised_with_a_limit(monkeypatch):
 def test_main_logs_each_task_and_rewrites_the_report_as_tasks_finish(clip_dir, registry, tmp_path, caplog):
     out = tmp_path / "run"
     snapshots = []
-    real_write = evaluation._write_json
+    real_write = eval_command._write_json
 
     def write_and_read_back(path, data):
         real_write(path, data)
@@ -624,8 +628,8 @@ def test_main_logs_each_task_and_rewrites_the_report_as_tasks_finish(clip_dir, r
 
     argv = ["--model", str(clip_dir), "--dataset", "colors", "--no-figures", "--output-dir", str(out)]
     with caplog.at_level(logging.INFO, logger="hf_vrl"), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(evaluation, "_write_json", write_and_read_back)
-        assert evaluation.main(argv) == 0
+        patch.setattr(eval_command, "_write_json", write_and_read_back)
+        assert eval_command.main(argv) == 0
     tasks = list(evaluation.DEFAULT_TASKS)
     assert [[t for t in tasks if t in s] for s in snapshots] == [
         tasks[:1],
@@ -643,13 +647,15 @@ def test_main_logs_each_task_and_rewrites_the_report_as_tasks_finish(clip_dir, r
 
 def test_preset_without_weights_is_refused_in_one_line(tmp_path):
     with pytest.raises(UserError, match="cannot load a model from 'tiny-clip'.*runs/demo/clip/final"):
-        evaluation.main(["--model", "tiny-clip", "--dataset", "shapes", "--output-dir", str(tmp_path / "o")])
+        eval_command.main(
+            ["--model", "tiny-clip", "--dataset", "shapes", "--output-dir", str(tmp_path / "o")]
+        )
 
 
 def help_example(capsys) -> list[str]:
     """The arguments of the example that `hf-vrl eval --help` prints."""
     with pytest.raises(SystemExit):
-        evaluation.main(["--help"])
+        eval_command.main(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     return help_text.split("example (after `make demo`): hf-vrl eval ", 1)[1].split()
 
@@ -671,7 +677,7 @@ def after_make_demo(clip_dir, tmp_path, monkeypatch):
 def test_help_example_works_after_make_demo(capsys, after_make_demo):
     argv = help_example(capsys)
     assert argv[argv.index("--model") + 1] == "runs/demo/clip/final"
-    assert evaluation.main([*argv, "--limit", "60", "--train-limit", "100", "--no-figures"]) == 0
+    assert eval_command.main([*argv, "--limit", "60", "--train-limit", "100", "--no-figures"]) == 0
     report = json.loads((after_make_demo / "runs" / "eval" / "report.json").read_text())
     assert report["complete"] and report["n_samples"] == 60 and report["linear_probe"]["n_train"] == 100
     assert report["zero_shot"]["templates"] == "openai:imagenet (fallback)"
@@ -680,7 +686,7 @@ def test_help_example_works_after_make_demo(capsys, after_make_demo):
 @pytest.mark.slow
 def test_help_example_with_default_settings(capsys, after_make_demo):
     """The full Fashion-MNIST test set and the default probe cap (a few minutes on 2 cores)."""
-    assert evaluation.main(help_example(capsys)) == 0
+    assert eval_command.main(help_example(capsys)) == 0
     report = json.loads((after_make_demo / "runs" / "eval" / "report.json").read_text())
     assert report["complete"] and report["n_samples"] == 10000
     assert report["linear_probe"]["n_train"] == evaluation.DEFAULT_PROBE_TRAIN_LIMIT

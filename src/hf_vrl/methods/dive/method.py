@@ -177,11 +177,11 @@ class DiVEMethod(Method):
         """`model.pretrained`, or the toy CLIP pre-trained once into <run>/inputs/pretrained."""
         from accelerate import PartialState
 
-        from hf_vrl.evaluation import _resolve_model_path
+        from hf_vrl.evaluation import resolve_model_path
 
         model = self.config.model
         if not model.pretrain_steps:
-            return _resolve_model_path(model.pretrained)
+            return resolve_model_path(model.pretrained)
         folder = self.run.dir.inputs / "pretrained"
         if self.run.is_main and not folder.is_dir():
             with atomic_dir(folder) as staging:
@@ -531,9 +531,9 @@ def toy_model_dir(source: str, out_dir: Path, image_size: int | None) -> Path:
     """The config, processor and tokenizer of the preset `source`, at `image_size` pixels when given."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from hf_vrl.evaluation import _resolve_model_path
+    from hf_vrl.evaluation import resolve_model_path
 
-    source = _resolve_model_path(source)
+    source = resolve_model_path(source)
     config, processor = AutoConfig.from_pretrained(source), load_image_processor(source)
     if image_size is not None:
         config.vision_config.image_size = image_size
