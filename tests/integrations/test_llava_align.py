@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from llava_helpers import IMAGE_TOKEN, diffclip_tower, tiny_llava, tiny_processor
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import LlavaForConditionalGeneration, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 from trl import SFTConfig, SFTTrainer
@@ -66,7 +67,11 @@ def test_llava_align_relearns_the_projector_for_a_tower_of_another_width(trained
     argv = ["--llava", str(trained_llava), "--vision", str(tmp_path / "tower"), "--output", str(out)]
     argv += ["--max-steps", "60", "--batch-size", "16", "--learning-rate", "1e-2", "--eval-samples", "64"]
     argv += ["--max-train-samples", "1000", "--save-steps", "30", "--logging-steps", "30"]
+    argv += ["--report-to", "tensorboard"]
     assert main(argv) == 0
+    events = EventAccumulator(str(out / "logs"))  # --logging-dir's default: <output>/logs
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [30, 60]
 
     report = json.loads((out / "llava_align.json").read_text())
     assert report["steps"] == 60 and "hidden width" in report["tower_mismatches"][0]
