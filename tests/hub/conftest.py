@@ -117,4 +117,3 @@ def hub_client(monkeypatch, hub):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", factory)
     return made
-

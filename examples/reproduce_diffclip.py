@@ -1,0 +1,366 @@
+"""Reproduce DiffCLIP's evaluations with given models: Table 1 (linear probe and few-shot on nine sets),
+Table 2 (zero-shot retrieval R@5 and zero-shot ImageNet), Figure 3 (zero-shot ImageNet and four OOD
+variants) and MMVP-VLM (Figure 4), printed "paper / measured" beside the paper's rows
+(`hf_vrl.methods.diffclip.paper`).
+
+    hf-vrl convert diffclip --official CC12M/checkpoint_best.pt --output-dir models/diffclip-cc12m
+    python examples/reproduce_diffclip.py --table 2 --data-root /data \\
+        --model "DiffCLIP (CC12M)=models/diffclip-cc12m" --model "CLIP (CC12M)=models/clip-cc12m"
+
+    python examples/reproduce_diffclip.py --table miniature --seeds 0 1 2   # trains 2 runs a seed (CPU)
+
+`--table miniature` trains instead of evaluating given models: CLIP and DiffCLIP (`hf-vrl demo`'s recipe,
+diffclip-tiny sizes, same data, seed and batches) on the cluttered shapes world
+(`hf_vrl.methods.diffclip.clutter`: textured backgrounds, faded distractor shapes, captions that name only
+the target), once per seed, and prints zero-shot and clustering as mean ± std over seeds with the paired
+difference: the setting where attention noise matters.
+
+A model labelled with a paper row's name ("CLIP (CC3M)", "DiffCLIP (CC3M)", "CLIP (CC12M)", "DiffCLIP
+(CC12M)") fills that row; others get rows of their own. Models: any DiffCLIP or CLIP folder or Hub id, or a
+released `checkpoint_best.pt` (converted on the fly with SLIP's preprocessing and --tokenizer).
+
+--data-root holds one folder per benchmark (or pass --source KEY=NAME[@SPLIT], e.g.
+--source cifar10=hf:uoft-cs/cifar10):
+
+    caltech101/ dtd/ pets/ flowers/ sun397/ aircraft/ cifar10/ cifar100/ food101/   Table 1 (train and test)
+    flickr30k/ flickr8k/ mscoco/              Table 2: retrieval test sets (image + caption, a list per image)
+    imagenet/ imagenet-v2/ imagenet-a/ imagenet-r/ imagenet-sketch/   Table 2 and Figure 3 (test split)
+    mmvp_vlm/                                 the official MMVP-VLM folder (Questions.csv, images)
+
+each an image folder with one folder per class inside each split folder, a save_to_disk folder or parquet
+files (`<split>-*.parquet`). Protocols: Table 1 as LGSSL (El Banani et al. 2023), which the paper follows:
+logistic regression on frozen image features with the L2 strength chosen on a held-out fifth of train
+(`hf_vrl.metrics.linear_probe`; LGSSL refits on train + validation too, and scores some sets by mean
+per-class accuracy, which this does not) and 5-way 5-shot nearest-prototype episodes (6 queries a class from
+test, centred and L2-normalised features; `hf_vrl.paper_eval.few_shot_episodes`), each over --seeds (three,
+as Appendix B) as mean ± std; Table 2 with LAION's clip_benchmark (OpenAI templates and class names, R@5 per
+image and per caption); Figure 3 zero-shot with ImageNet-R / -A scored on their 200 classes; MMVP-VLM with
+the official scoring (`hf_vrl.metrics.mmvp`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from hf_vrl.errors import UserError
+from hf_vrl.methods.diffclip.paper import (
+    CLASSIFICATION_SETS,
+    FIG3_COLUMNS,
+    FIG3_STATED_OOD_GAIN,
+    PAPER_TABLES,
+)
+from hf_vrl.paper_eval import (
+    BENCHMARKS,
+    MMVP_SHORT_NAMES,
+    check_sources,
+    few_shot_episodes,
+    load_benchmark,
+    load_model,
+    load_retrieval,
+    main_with_user_errors,
+    mmvp_row,
+    mmvp_source,
+    paper_comparison,
+    parse_labelled,
+)
+
+CLASSIFICATION_KEYS = dict(
+    zip(
+        CLASSIFICATION_SETS,
+        ("caltech101", "dtd", "pets", "flowers", "sun397", "aircraft", "cifar10", "cifar100", "food101"),
+    )
+)
+RETRIEVAL_KEYS = {"Flickr30k": "flickr30k", "Flickr8k": "flickr8k", "MSCOCO": "mscoco"}
+FIG3_KEYS = dict(
+    zip(FIG3_COLUMNS, ("imagenet", "imagenet-v2", "imagenet-a", "imagenet-r", "imagenet-sketch"))
+)
+TABLE_SETS = {
+    "1": list(CLASSIFICATION_KEYS.values()),
+    "2": [*RETRIEVAL_KEYS.values(), "imagenet"],
+    "fig3": list(FIG3_KEYS.values()),
+    "mmvp": ["mmvp_vlm"],
+}
+
+Models = dict[str, tuple[Any, Any, Any]]
+Row = dict[str, Any]
+
+
+def _mean_std(values: list[float]) -> tuple[float, float] | float:
+    return (statistics.mean(values), statistics.pstdev(values)) if len(values) > 1 else values[0]
+
+
+def _average(row: Row, columns: list[str]) -> float | None:
+    """The mean of `row`'s cells in `columns` (means of (mean, std) pairs), None unless all are there."""
+    values = [row[c][0] if isinstance(row.get(c), tuple) else row.get(c) for c in columns]
+    return statistics.mean(values) if values and None not in values else None
+
+
+def table1(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
+    """{"1-linear", "1-fewshot"}: per model and set, top-1 (%) over seeds, and the average over the sets."""
+    from hf_vrl import metrics
+    from hf_vrl.evaluation import encode_images
+
+    linear: dict[str, Row] = {label: {} for label in models}
+    fewshot: dict[str, Row] = {label: {} for label in models}
+    for column, key in CLASSIFICATION_KEYS.items():
+        if key not in args.sets:
+            continue
+        common = dict(data_root=args.data_root, sources=args.sources, seed=args.seed)
+        train = load_benchmark(key, split="train", limit=args.train_limit, **common)
+        test = load_benchmark(key, limit=args.limit, **common)
+        for label, (model, image_processor, _) in models.items():
+            x_train, x_test = (
+                encode_images(model, image_processor, data["image"], batch_size=args.batch_size)
+                for data in (train, test)
+            )
+            y_train, y_test = train["label"], test["label"]
+            linear[label][column] = _mean_std(
+                [
+                    100 * metrics.linear_probe(x_train, y_train, x_test, y_test, seed=s)["accuracy"]
+                    for s in args.seeds
+                ]
+            )
+            episodes = [
+                few_shot_episodes(x_train, y_train, x_test, y_test, episodes=args.episodes, seed=s)
+                for s in args.seeds
+            ]
+            fewshot[label][column] = _mean_std([100 * e["accuracy_mean"] for e in episodes])
+    for rows in (linear, fewshot):
+        for row in rows.values():
+            row["Avg."] = _average(row, list(CLASSIFICATION_KEYS))
+    return {"1-linear": linear, "1-fewshot": fewshot}
+
+
+def _evaluate(models: Models, args: argparse.Namespace, key: str, task: str) -> dict[str, dict[str, Any]]:
+    """{label: evaluate_clip's `task` section} on benchmark `key` (clip_benchmark protocol)."""
+    from hf_vrl.evaluation import evaluate_clip
+
+    load = load_retrieval if task == "retrieval" else load_benchmark
+    dataset = load(key, args.data_root, args.sources, limit=args.limit, seed=args.seed)
+    out = {}
+    for label, (model, image_processor, tokenizer) in models.items():
+        report = evaluate_clip(
+            model,
+            image_processor,
+            tokenizer,
+            dataset,
+            tasks=[task],
+            protocol="clip_benchmark",
+            dataset_name=BENCHMARKS[key].name,
+            batch_size=args.batch_size,
+            seed=args.seed,
+        )
+        if task not in report:
+            raise UserError(f"{label} on {key}: {report['skipped'][task]}")
+        out[label] = report[task]
+    return out
+
+
+def table2(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
+    """Image and text R@5 on the three retrieval sets with their averages, zero-shot ImageNet top-1 (%)."""
+    rows: dict[str, Row] = {label: {} for label in models}
+    for name, key in RETRIEVAL_KEYS.items():
+        if key in args.sets:
+            for label, scores in _evaluate(models, args, key, "retrieval").items():
+                rows[label][f"image R@5 {name}"] = 100 * scores["t2i_R@5"]
+                rows[label][f"text R@5 {name}"] = 100 * scores["i2t_R@5"]
+    if "imagenet" in args.sets:
+        for label, scores in _evaluate(models, args, "imagenet", "zero_shot").items():
+            rows[label]["zero-shot ImageNet"] = 100 * scores["top1"]
+    for row in rows.values():
+        for side in ("image", "text"):
+            row[f"{side} R@5 Avg."] = _average(row, [f"{side} R@5 {name}" for name in RETRIEVAL_KEYS])
+    return {"2": rows}
+
+
+def fig3(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
+    """Zero-shot top-1 (%) on ImageNet and its four OOD variants, and the OOD average."""
+    rows: dict[str, Row] = {label: {} for label in models}
+    for column, key in FIG3_KEYS.items():
+        if key in args.sets:
+            for label, scores in _evaluate(models, args, key, "zero_shot").items():
+                rows[label][column] = 100 * scores["top1"]
+    for row in rows.values():
+        row["OOD avg."] = _average(row, FIG3_COLUMNS[1:-1])
+    return {"fig3": rows}
+
+
+def mmvp(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
+    """MMVP-VLM accuracy per visual pattern and their mean (%)."""
+    from hf_vrl.evaluation import evaluate_mmvp
+
+    pairs = mmvp_source(args.data_root, args.sources)
+    rows = {}
+    for label, (model, image_processor, tokenizer) in models.items():
+        rows[label] = mmvp_row(
+            evaluate_mmvp(model, image_processor, tokenizer, pairs, batch_size=args.batch_size)
+        )
+    return {"mmvp": rows}
+
+
+TABLES = {"1": table1, "2": table2, "fig3": fig3, "mmvp": mmvp}
+
+
+def load_any(path: str, tokenizer: str, device: str | None) -> tuple[Any, Any, Any]:
+    """A model folder or Hub id (`hf-vrl eval`'s loading), or a released checkpoint file converted here."""
+    if not Path(path).is_file():
+        return load_model(path, device=device)
+    from transformers import AutoTokenizer
+
+    from hf_vrl.methods.diffclip.processors import slip_image_processor
+    from hf_vrl.models.diffclip import DiffCLIPModel
+
+    model = DiffCLIPModel.from_official_checkpoint(path)
+    if device:
+        model.to(device)
+    return model.eval(), slip_image_processor(), AutoTokenizer.from_pretrained(tokenizer)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python examples/reproduce_diffclip.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--table",
+        choices=[*TABLES, "miniature"],
+        required=True,
+        help="1, 2, fig3 (Figure 3), mmvp, or miniature (train CLIP and DiffCLIP on the cluttered world)",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        metavar="[LABEL=]PATH",
+        help='a model to evaluate (repeatable); LABEL names its row, e.g. "DiffCLIP (CC12M)=models/diffclip"',
+    )
+    parser.add_argument("--data-root", help="the folder holding one folder per benchmark (layout above)")
+    parser.add_argument(
+        "--source",
+        action="append",
+        metavar="KEY=NAME[@SPLIT]",
+        help="where a benchmark is, instead of --data-root",
+    )
+    parser.add_argument("--sets", nargs="+", help="only these benchmarks (default: all the table's)")
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=[0, 1, 2],
+        help="Table 1's probe and episode seeds; miniature runs",
+    )
+    parser.add_argument("--episodes", type=int, default=5000, help="few-shot episodes per seed (LGSSL: 5000)")
+    parser.add_argument("--limit", type=int, help="evaluate a seeded subset of this many test images per set")
+    parser.add_argument(
+        "--train-limit", type=int, help="Table 1: a seeded subset of this many training images"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="openai/clip-vit-base-patch16",
+        help="the OpenAI BPE tokenizer for released checkpoint files",
+    )
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", help="e.g. cuda (default: the CPU)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the --limit subsets")
+    parser.add_argument("--output", help="also write the measured numbers to this JSON file")
+    miniature = parser.add_argument_group("--table miniature")
+    miniature.add_argument(
+        "--output-dir", default="runs/diffclip-clutter", help="data and one run per arch and seed"
+    )
+    miniature.add_argument("--steps", type=int, default=300, help="optimisation steps per run (the demo's)")
+    miniature.add_argument("--train-size", type=int, default=2000, help="cluttered training images")
+    miniature.add_argument("--test-size", type=int, default=500, help="cluttered test images")
+    miniature.add_argument("--distractors", type=int, default=2, help="faded distractor scenes per image")
+    return parser
+
+
+def miniature(args: argparse.Namespace) -> int:
+    """Train CLIP and DiffCLIP on the cluttered world per seed (`hf_vrl.demo.dual_encoder`, resumable) and
+    print the after-training metrics as mean ± std over seeds, with DiffCLIP − CLIP paired by seed."""
+    from hf_vrl import demo
+    from hf_vrl.evaluation import text_table
+    from hf_vrl.methods.diffclip.clutter import cluttered_splits
+
+    out = Path(args.output_dir)
+    data = out / "data"
+    if not (data / "dataset_dict.json").is_file():
+        splits = cluttered_splits(args.train_size, args.test_size, distractors=args.distractors)
+        splits.save_to_disk(str(data))
+    after: dict[str, dict[str, list[float]]] = {"CLIP": {}, "DiffCLIP": {}}
+    for seed in args.seeds:
+        for arch, name in (("clip", "CLIP"), ("diffclip", "DiffCLIP")):
+            options = ["--dataset", str(data), "--steps", str(args.steps), "--seed", str(seed)]
+            options += ["--eval-limit", str(args.test_size), "--workers", "0"]
+            run_args = demo._build_parser().parse_args(options)  # the demo's recipe, defaults included
+            report = demo.dual_encoder(arch)(run_args, out / f"{arch}-seed{seed}")[arch]
+            for metric in demo.DUAL_ENCODER_METRICS:
+                task, key = metric.split(".")
+                after[name].setdefault(metric, []).append(100 * report["after"][task][key])
+    rows = [["", "CLIP", "DiffCLIP", "DiffCLIP − CLIP"]]
+    for metric in demo.DUAL_ENCODER_METRICS:
+        clip, diffclip = after["CLIP"][metric], after["DiffCLIP"][metric]
+        differences = [d - c for c, d in zip(clip, diffclip)]
+        rows.append([metric, *(_spread(values) for values in (clip, diffclip, differences))])
+    print(f"\nCluttered shapes world, after training, percent, mean ± std over seeds {args.seeds}:")
+    print(text_table(rows, left_columns=1))
+    print(f"runs: {out}/<arch>-seed<N>/ (report.json, final/)")
+    if args.output:
+        Path(args.output).write_text(
+            json.dumps({"table": "miniature", "seeds": args.seeds, "after": after}, indent=2)
+        )
+    return 0
+
+
+def _spread(values: list[float]) -> str:
+    mean, std = (statistics.mean(values), statistics.pstdev(values)) if len(values) > 1 else (values[0], 0.0)
+    return f"{mean:.1f} ± {std:.1f}"
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.table == "miniature":
+        return miniature(args)
+    if not args.model:
+        raise UserError(f"--table {args.table} evaluates models: pass --model [LABEL=]PATH (repeatable)")
+    args.sources = parse_labelled(args.source, "--source")
+    args.sets = args.sets or TABLE_SETS[args.table]
+    unknown = sorted(set(args.sets) - set(TABLE_SETS[args.table]))
+    if unknown:
+        raise UserError(f"--sets {unknown}: --table {args.table} uses {TABLE_SETS[args.table]}")
+    check_sources(args.sets, args.data_root, args.sources)
+    models = {
+        label: load_any(path, args.tokenizer, args.device)
+        for label, path in parse_labelled(args.model, "--model").items()
+    }
+    measured = TABLES[args.table](models, args)
+    for name, rows in measured.items():
+        paper = PAPER_TABLES[name]
+        what = "Figure 3" if name == "fig3" else "Figure 4" if name == "mmvp" else f"Table {paper.number}"
+        print(f"\nDiffCLIP {what}: {paper.title}; paper / measured")
+        columns, paper_rows = paper.columns, dict(paper.rows)
+        if name == "mmvp":  # the paper gives the averages only
+            columns = (*MMVP_SHORT_NAMES.values(), *paper.columns)
+            paper_rows = {row: (None,) * len(MMVP_SHORT_NAMES) + values for row, values in paper.rows.items()}
+        print(paper_comparison(columns, paper_rows, rows))
+    if args.table == "fig3":
+        print(
+            "(the paper gives Figure 3 as bars; its text: DiffCLIP "
+            f"+{FIG3_STATED_OOD_GAIN} on the OOD average over CLIP)"
+        )
+    if args.output:
+        Path(args.output).write_text(json.dumps({"table": args.table, "measured": measured}, indent=2))
+        print(f"measured: {args.output}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return main_with_user_errors(run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

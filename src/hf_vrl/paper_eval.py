@@ -1,0 +1,312 @@
+"""Given models on a paper's benchmarks, the paper's numbers beside the measured ones: the part that
+`examples/reproduce_dcr.py` and `examples/reproduce_diffclip.py` share.
+
+A benchmark is found by its key (`BENCHMARKS`): `--source KEY=NAME[@SPLIT]` names it (any name
+`hf_vrl.data.registry` loads: `hf:<Hub id>`, a folder, a glob), else `<data-root>/<KEY>/` holds it in the
+contract schema (image, label with class names, caption): an image folder with one folder per class inside
+each split folder, a `save_to_disk` folder, or parquet files (`<split>-*.parquet`, `datasets`' layout).
+Models are `LABEL=PATH` or `PATH`: any CLIP-like folder or Hub id `hf-vrl eval` loads; a DCRModel export gets
+its text side from `--text-model` (DCR's P-ability setting: the enhanced image tower against the original
+text tower).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hf_vrl.errors import UserError, explain
+from hf_vrl.metrics.mmvp import MMVP_CATEGORIES
+
+__all__ = [
+    "BENCHMARKS",
+    "main_with_user_errors",
+    "MMVP_SHORT_NAMES",
+    "Benchmark",
+    "check_sources",
+    "few_shot_episodes",
+    "load_benchmark",
+    "load_model",
+    "load_retrieval",
+    "mmvp_row",
+    "mmvp_source",
+    "paper_comparison",
+    "parse_labelled",
+]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark's folder name under --data-root (also its --source key), its name for prompt templates
+    and ImageNet-family class names, and the split evaluated."""
+
+    key: str
+    name: str
+    split: str = "test"
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.key: b
+    for b in (
+        Benchmark("mnist", "mnist"),
+        Benchmark("cifar10", "cifar10"),
+        Benchmark("cifar100", "cifar100"),
+        Benchmark("eurosat", "eurosat"),
+        Benchmark("caltech101", "caltech101"),
+        Benchmark("dtd", "dtd"),
+        Benchmark("pets", "pets"),
+        Benchmark("flowers", "flowers"),
+        Benchmark("sun397", "sun397"),
+        Benchmark("aircraft", "fgvc_aircraft"),
+        Benchmark("food101", "food101"),
+        Benchmark("imagenet", "imagenet"),
+        Benchmark("imagenet-v2", "imagenet-v2"),
+        Benchmark("imagenet-a", "imagenet-a"),
+        Benchmark("imagenet-r", "imagenet-r"),
+        Benchmark("imagenet-sketch", "imagenet-sketch"),
+        Benchmark("flickr8k", "flickr8k"),
+        Benchmark("flickr30k", "flickr30k"),
+        Benchmark("mscoco", "mscoco"),
+    )
+}
+
+
+# MMVP-VLM's visual patterns (`hf_vrl.metrics.MMVP_CATEGORIES`) by the short names tables use as columns
+MMVP_SHORT_NAMES: dict[str, str] = dict(
+    zip(
+        MMVP_CATEGORIES,
+        (
+            "Orientation",
+            "Presence",
+            "State",
+            "Quantity",
+            "Position",
+            "Color",
+            "Structure",
+            "Texts",
+            "Viewpoint",
+        ),
+    )
+)
+
+
+def mmvp_row(score: Mapping[str, Any]) -> dict[str, float]:
+    """`hf_vrl.metrics.mmvp_score`'s result as a table row (percent): per pattern by short name, and "Avg"
+    (the mean over patterns)."""
+    row = {MMVP_SHORT_NAMES.get(name, name): 100 * value for name, value in score["per_category"].items()}
+    return row | {"Avg": 100 * score["mean_category_accuracy"]}
+
+
+def parse_labelled(specs: Sequence[str] | None, what: str) -> dict[str, str]:
+    """["LABEL=VALUE" or "VALUE", ...] -> {label: value} (a bare value is its own label)."""
+    out: dict[str, str] = {}
+    for spec in specs or []:
+        label, eq, value = spec.partition("=")
+        label, value = (label, value) if eq else (spec, spec)
+        if not label or not value:
+            raise UserError(f"{what} {spec!r}: write LABEL=VALUE or VALUE")
+        out[label] = value
+    return out
+
+
+def _source(key: str, data_root: str | Path | None, sources: Mapping[str, str]) -> tuple[str, str]:
+    """(registry name, split) of benchmark `key`."""
+    split = BENCHMARKS[key].split if key in BENCHMARKS else "test"
+    if key in sources:
+        name, at, given = sources[key].rpartition("@")
+        return (name, given) if at and "/" not in given else (sources[key], split)
+    if data_root is None:
+        raise UserError(f"no data for {key}: pass --data-root DIR (with {key}/ in it) or --source {key}=NAME")
+    folder = Path(data_root) / key
+    if not folder.is_dir():
+        raise UserError(
+            f"{folder} is missing: put {key} there (an image folder per split, a save_to_disk folder or "
+            f"parquet files) or pass --source {key}=hf:<Hub id>[@split]"
+        )
+    return (f"hf:{folder}" if next(folder.rglob("*.parquet"), None) else str(folder)), split
+
+
+def check_sources(keys: Sequence[str], data_root: str | Path | None, sources: Mapping[str, str]) -> None:
+    """Raise a one-line UserError for the first benchmark of `keys` that has no data (before any model
+    loads)."""
+    for key in keys:
+        if key == "mmvp_vlm":
+            mmvp_source(data_root, sources)
+        else:
+            _source(key, data_root, sources)
+
+
+def load_benchmark(
+    key: str,
+    data_root: str | Path | None,
+    sources: Mapping[str, str],
+    *,
+    split: str | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+):
+    """Benchmark `key`'s evaluation split (or `split`) as a map-style contract dataset."""
+    from hf_vrl.evaluation import load_eval_dataset
+
+    name, default_split = _source(key, data_root, sources)
+    return load_eval_dataset(name, split=split or default_split, limit=limit, seed=seed)
+
+
+CAPTION_COLUMNS = ("caption", "captions", "sentences", "text", "raw")
+
+
+def load_retrieval(
+    key: str,
+    data_root: str | Path | None,
+    sources: Mapping[str, str],
+    *,
+    limit: int | None = None,
+    seed: int = 0,
+):
+    """Retrieval benchmark `key` with every caption of each image (columns image, caption: a list of strings
+    per row, as `evaluate_clip` scores them); read with `datasets` directly, since the contract loader keeps
+    rows of one string caption."""
+    import datasets
+
+    from hf_vrl.data.offline import subsample
+
+    name, split = _source(key, data_root, sources)
+    target = name.removeprefix("hf:")
+    path = Path(target)
+    if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
+        ds = datasets.load_from_disk(target)
+        ds = ds[split] if isinstance(ds, datasets.DatasetDict) else ds
+    elif path.is_dir() and next(path.rglob("*.parquet"), None) is None:
+        ds = datasets.load_dataset("imagefolder", data_dir=target, split=split)
+    else:
+        ds = datasets.load_dataset(target, split=split)
+    image = next((c for c, f in ds.features.items() if isinstance(f, datasets.Image)), None)
+    caption = next((c for c in CAPTION_COLUMNS if c in ds.column_names), None)
+    if image is None or caption is None:
+        raise UserError(
+            f"{key} ({name}): needs an image column and a caption column, found {ds.column_names}"
+        )
+    renames = {old: new for old, new in ((image, "image"), (caption, "caption")) if old != new}
+    ds = ds.select_columns([image, caption]).rename_columns(renames)
+    return ds.select(subsample(len(ds), limit, seed)) if limit is not None else ds
+
+
+def mmvp_source(data_root: str | Path | None, sources: Mapping[str, str]) -> str:
+    """The MMVP-VLM folder (official layout: Questions.csv + "MLLM_VLM Images/"): --source mmvp_vlm=DIR or
+    <data-root>/mmvp_vlm."""
+    if "mmvp_vlm" in sources:
+        return sources["mmvp_vlm"]
+    if data_root is None or not (Path(data_root) / "mmvp_vlm").is_dir():
+        raise UserError(
+            "MMVP-VLM: put the official folder at <data-root>/mmvp_vlm or pass --source mmvp_vlm=DIR"
+        )
+    return str(Path(data_root) / "mmvp_vlm")
+
+
+def load_model(path: str, text_model: str | None = None, device: str | None = None) -> tuple[Any, Any, Any]:
+    """(model, image_processor, tokenizer) of `path`; an image model with `get_image_features` but no text
+    tower (a DCRModel) gets `text_model`'s (`hf_vrl.methods.dcr.evaluate.DCREvalModel`)."""
+    from hf_vrl.evaluation import has_text_tower, load_model_and_processors
+
+    model, image_processor, tokenizer = load_model_and_processors(path)
+    if not has_text_tower(model) and text_model and callable(getattr(model, "get_image_features", None)):
+        from hf_vrl.methods.dcr.evaluate import DCREvalModel
+
+        clip, _, tokenizer = load_model_and_processors(text_model)
+        model = DCREvalModel(model, clip)
+    if device:
+        model.to(device)
+    return model.eval(), image_processor, tokenizer
+
+
+Measured = float | tuple[float, float] | None  # a value, or (mean, std) over seeds
+
+
+def paper_comparison(
+    columns: Sequence[str],
+    paper: Mapping[str, Sequence[float | None]],
+    measured: Mapping[str, Mapping[str, Measured]],
+    digits: int = 1,
+) -> str:
+    """The paper's rows beside measured ones, "paper / measured" per cell: one line per paper row (measured
+    where a model carries that row's label), then one per other model ("- / measured"); "-" where absent,
+    "mean ± std" for (mean, std) pairs. `paper` is {row: values in `columns` order}, `measured` {row: {column:
+    value}}."""
+    from hf_vrl.evaluation import text_table
+
+    def cell(value: Measured) -> str:
+        if isinstance(value, tuple):
+            return f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    lines: list[Sequence[str]] = [["", *columns]]
+    for row in [*paper, *(name for name in measured if name not in paper)]:
+        values = paper.get(row) or [None] * len(columns)
+        ours = measured.get(row, {})
+        lines.append([row, *(f"{cell(v)} / {cell(ours.get(c))}" for c, v in zip(columns, values))])
+    return text_table(lines, left_columns=1)
+
+
+def few_shot_episodes(
+    train_x: torch.Tensor,
+    train_y: Sequence[int],
+    test_x: torch.Tensor,
+    test_y: Sequence[int],
+    *,
+    ways: int = 5,
+    shots: int = 5,
+    queries: int = 6,
+    episodes: int = 5000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Few-shot accuracy as LGSSL evaluates it (El Banani et al. 2023, `lgssl/evaluation/fewshot.py`, the
+    protocol DiffCLIP follows): per episode `ways` random classes, `shots` support images each from train and
+    `queries` query images each from test (all it has when fewer), features centred on the support mean and
+    L2-normalised, each query labelled by the nearest class mean. {"accuracy_mean", "accuracy_std"} over
+    episodes, fractions."""
+    import numpy as np
+
+    train_y, test_y = np.asarray(train_y), np.asarray(test_y)
+    classes = np.unique(train_y)
+    ways = min(ways, classes.size)
+    by_class = {c: (np.flatnonzero(train_y == c), np.flatnonzero(test_y == c)) for c in classes}
+    short = [int(c) for c, (train, _) in by_class.items() if train.size < shots]
+    if short:
+        raise UserError(f"few-shot: classes {short[:5]} have fewer than {shots} training images")
+    rng = np.random.default_rng(seed)
+    train_x, test_x = train_x.float(), test_x.float()
+    accuracies = []
+    for _ in range(episodes):
+        chosen = rng.choice(classes, size=ways, replace=False)
+        support = np.concatenate([rng.choice(by_class[c][0], shots, replace=False) for c in chosen])
+        query = [rng.permutation(by_class[c][1])[:queries] for c in chosen]
+        truth = torch.as_tensor(np.concatenate([np.full(len(q), i) for i, q in enumerate(query)]))
+        if truth.numel() == 0:
+            continue
+        feats_support, feats_query = train_x[support], test_x[np.concatenate(query)]
+        mean = feats_support.mean(dim=0, keepdim=True)
+        feats_support = torch.nn.functional.normalize(feats_support - mean, dim=-1)
+        feats_query = torch.nn.functional.normalize(feats_query - mean, dim=-1)
+        prototypes = feats_support.view(ways, shots, -1).mean(dim=1)
+        predicted = torch.cdist(feats_query, prototypes).argmin(dim=1)
+        accuracies.append((predicted == truth).float().mean().item())
+    if not accuracies:
+        raise UserError("few-shot: the test split has no images of the sampled classes")
+    return {"accuracy_mean": float(np.mean(accuracies)), "accuracy_std": float(np.std(accuracies))}
+
+
+def main_with_user_errors(run: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """`run(argv)`, with user errors (and the libraries' missing-path errors) as one line and status 2."""
+    try:
+        return run(argv)
+    except Exception as error:
+        message = explain(error)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 2

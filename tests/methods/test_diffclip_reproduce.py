@@ -1,0 +1,147 @@
+"""examples/reproduce_diffclip.py end to end on synthetic data in the layouts it reads, the paper's numbers it
+ships (hf_vrl.methods.diffclip.paper) and LGSSL's few-shot episodes."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from reproduce_helpers import example, image_folder, mmvp_folder, retrieval_parquet, tiny_clip_folder
+
+from hf_vrl.methods.diffclip.paper import PAPER_TABLES, RELEASED, released_results
+from hf_vrl.paper_eval import few_shot_episodes
+
+
+def test_the_paper_numbers_are_consistent():
+    for name in ("1-linear", "1-fewshot"):  # Avg.: the mean of the nine sets
+        for row, values in PAPER_TABLES[name].rows.items():
+            assert abs(sum(values[:-1]) / 9 - values[-1]) <= 0.051, (name, row)
+    for values in PAPER_TABLES["2"].rows.values():  # the averages (of unrounded cells: within 0.1)
+        assert abs(sum(values[0:3]) / 3 - values[3]) <= 0.1 and abs(sum(values[4:7]) / 3 - values[7]) <= 0.1
+    for data, released in RELEASED.items():  # the released checkpoints' figures are Table 2's DiffCLIP rows
+        table = PAPER_TABLES["2"].rows[f"DiffCLIP ({data})"]
+        assert released == (*table[0:3], *table[4:7], table[8])
+    assert released_results("CC12M")["percent"]["zero-shot ImageNet top-1"] == 33.8
+    assert PAPER_TABLES["fig3"].rows == {}  # bars only: no invented numbers
+    assert PAPER_TABLES["mmvp"].rows == {"CLIP (CC12M)": (21.9,), "DiffCLIP (CC12M)": (27.6,)}
+
+
+def test_few_shot_episodes_follow_lgssl():
+    generator = torch.Generator().manual_seed(0)
+    centres = torch.randn(8, 16, generator=generator) * 5
+    labels = torch.arange(8).repeat_interleave(10)
+    features = centres[labels] + 0.1 * torch.randn(80, 16, generator=generator)
+    result = few_shot_episodes(features, labels.tolist(), features, labels.tolist(), episodes=50)
+    assert result["accuracy_mean"] == 1.0 and result["accuracy_std"] == 0.0
+    noise = torch.randn(80, 16, generator=generator)
+    chance = few_shot_episodes(noise, labels.tolist(), noise.flip(0), labels.tolist(), episodes=400)
+    assert 0.1 < chance["accuracy_mean"] < 0.3  # 5-way: chance is 0.2
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Every benchmark as tiny synthetic sets; a tiny CLIP and a tiny DiffCLIP of its shapes."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
+
+    from hf_vrl.methods.diffclip.convert import diffclip_config_from_clip
+    from hf_vrl.models.diffclip import DiffCLIPModel
+
+    root = tmp_path_factory.mktemp("data")
+    for key in (
+        "caltech101",
+        "dtd",
+        "pets",
+        "flowers",
+        "sun397",
+        "aircraft",
+        "cifar10",
+        "cifar100",
+        "food101",
+    ):
+        image_folder(root / key, per_class=6)
+    for key in ("imagenet", "imagenet-v2", "imagenet-a", "imagenet-r", "imagenet-sketch"):
+        image_folder(root / key, splits=("test",))
+    for key in ("flickr30k", "flickr8k", "mscoco"):
+        retrieval_parquet(root / key)
+    mmvp_folder(root / "mmvp_vlm")
+    models = tmp_path_factory.mktemp("models")
+    clip = tiny_clip_folder(models / "clip")
+    torch.manual_seed(0)
+    diffclip = models / "diffclip"
+    DiffCLIPModel(diffclip_config_from_clip(AutoConfig.from_pretrained(clip))).save_pretrained(diffclip)
+    AutoImageProcessor.from_pretrained(clip).save_pretrained(diffclip)
+    AutoTokenizer.from_pretrained(clip).save_pretrained(diffclip)
+    return root, clip, diffclip
+
+
+def _rows(out: str, title: str) -> dict[str, list[str]]:
+    block = out.split(title)[1].split("paper / measured\n")[1].split("\n\n")[0]
+    lines = [re.split(r"\s{2,}", line.strip()) for line in block.splitlines()]
+    return {line[0]: line[1:] for line in lines[1:] if len(line) > 1}
+
+
+@pytest.mark.parametrize(
+    ("table", "titles"),
+    [
+        ("1", ["Table 1: linear", "Table 1: few-shot"]),
+        ("2", ["Table 2"]),
+        ("fig3", ["Figure 3"]),
+        ("mmvp", ["Figure 4"]),
+    ],
+)
+def test_each_table_runs_end_to_end(setup, table, titles, tmp_path, capsys):
+    root, clip, diffclip = setup
+    argv = ["--table", table, "--data-root", str(root), "--model", f"CLIP (CC3M)={clip}"]
+    argv += ["--model", f"DiffCLIP (CC3M)={diffclip}", "--seeds", "0", "1", "--episodes", "20"]
+    assert example("reproduce_diffclip").main([*argv, "--output", str(tmp_path / "m.json")]) == 0
+    out = capsys.readouterr().out
+    measured = json.loads((tmp_path / "m.json").read_text())["measured"]
+    for title in titles:
+        rows = _rows(out, f"DiffCLIP {title}")
+        for label in ("CLIP (CC3M)", "DiffCLIP (CC3M)"):
+            cells = rows[label]
+            measured_cells = [cell.split(" / ")[1] for cell in cells]
+            assert all(re.fullmatch(r"\d+\.\d( ± \d+\.\d)?", cell) for cell in measured_cells), cells
+            if table == "1":  # mean ± std over the two seeds
+                assert all("±" in cell for cell in measured_cells[:-1])
+            if table != "fig3":
+                assert all(re.fullmatch(r"(\d+\.\d|-) / .*", cell) for cell in cells)
+    assert set(measured) == {"1-linear", "1-fewshot"} if table == "1" else {table}
+    if table == "fig3":
+        assert "bars" in out
+
+
+def test_the_cluttered_world_keeps_the_shapes_world_rows_and_captions_only_the_target():
+    from hf_vrl.data.toy import shapes_dataset
+    from hf_vrl.methods.diffclip.clutter import cluttered_dataset, cluttered_splits
+
+    clutter = cluttered_dataset(6, seed=3, image_size=32)
+    assert clutter.features == shapes_dataset(2).features
+    assert (
+        clutter["caption"] == cluttered_dataset(6, seed=3, image_size=32)["caption"]
+    )  # a function of the seed
+    for caption, attributes in zip(clutter["caption"], clutter["attributes"]):
+        assert attributes["shape"] in caption or attributes["shape"] + "es" in caption
+    image = torch.tensor(list(clutter[0]["image"].getdata()), dtype=torch.float32)
+    assert image.std(dim=0).min() > 10  # a textured background, not the shapes world's white
+    splits = cluttered_splits(train=4, test=3)
+    assert {name: len(split) for name, split in splits.items()} == {"train": 4, "test": 3}
+
+
+@pytest.mark.slow
+def test_the_miniature_trains_clip_and_diffclip_per_seed(tmp_path, capsys):
+    argv = ["--table", "miniature", "--output-dir", str(tmp_path), "--seeds", "0", "1", "--steps", "2"]
+    argv += ["--train-size", "160", "--test-size", "24", "--output", str(tmp_path / "m.json")]
+    assert example("reproduce_diffclip").main(argv) == 0
+    out = capsys.readouterr().out
+    table = out.split("over seeds [0, 1]:\n")[1].splitlines()
+    assert re.split(r"\s{2,}", table[0].strip()) == ["CLIP", "DiffCLIP", "DiffCLIP − CLIP"]
+    rows = {line.split()[0]: re.split(r"\s{2,}", line.strip())[1:] for line in table[1:4]}
+    assert set(rows) == {"zero_shot.top1", "clustering.nmi", "clustering.acc"}
+    assert all(re.fullmatch(r"-?\d+\.\d ± \d+\.\d", cell) for cells in rows.values() for cell in cells)
+    after = json.loads((tmp_path / "m.json").read_text())["after"]
+    assert len(after["DiffCLIP"]["zero_shot.top1"]) == 2
+    for arch in ("clip", "diffclip"):
+        assert (tmp_path / f"{arch}-seed1" / "report.json").is_file()
