@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.venv}
 PY=${PYTHON:-python3}
-STAMP="$VENV/.hf_vrl-installed-$(cat setup.cfg scripts/setup.sh | sha1sum | cut -c1-12)"
+STAMP="$VENV/.hf_vrl-installed-$(cat setup.cfg scripts/setup.sh scripts/lmms-eval-requirements.txt | sha1sum | cut -c1-12)"
 [ -f "$STAMP" ] && exit 0
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
@@ -16,6 +16,9 @@ $PIP install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
 $PIP install -q --disable-pip-version-check -e ".[dev]"
 # animal-mnist declares tensorflow, which it does not need for its data files.
 $PIP install -q --disable-pip-version-check --no-deps animal-mnist || echo "note: animal-mnist unavailable; Animal-MNIST disabled"
+# lmms-eval for `hf-vrl llava-eval`'s tests, without the CUDA torch its requirements would pull
+$PIP install -q --disable-pip-version-check --no-deps -r scripts/lmms-eval-requirements.txt \
+  || echo "note: lmms-eval unavailable; hf-vrl llava-eval's end-to-end test will skip"
 
 if [ ! -d /usr/share/datasets/fashion-mnist ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

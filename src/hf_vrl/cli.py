@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "hf_vrl.integrations.llava_align",
         "relearn a LLaVA's projector for a new vision tower (LLaVA stage 1, trl SFTTrainer)",
     ),
+    "llava-eval": (
+        "hf_vrl.integrations.llava_eval",
+        "score a LLaVA on lmms-eval benchmarks (POPE, MMVP, ..., local task YAMLs); needs hf-vrl[llava-eval]",
+    ),
     "push": (
         "hf_vrl.hub.push",
         "publish a run's model, or a model folder hf_vrl saved, to the Hugging Face Hub with its model card",
