@@ -1,9 +1,21 @@
 """Reproduce DCR's evaluation tables with given models: Table 1 (MMVP-VLM per visual pattern, P-ability),
-Table 2 (zero-shot clustering on six benchmarks, D-ability) and Table 6 (zero-shot classification and
-retrieval), printed "paper / measured" beside the paper's rows (`hf_vrl.methods.dcr.paper`).
+Table 2 (zero-shot clustering on six benchmarks, D-ability), Table 3 (LLaVA-1.5 on MLLM benchmarks, through
+lmms-eval) and Table 6 (zero-shot classification and retrieval), printed "paper / measured" beside the
+paper's rows (`hf_vrl.methods.dcr.paper`).
 
     python examples/reproduce_dcr.py --table 1 --data-root /data \\
         --model Original=openai/clip-vit-large-patch14 --model Ours=runs/dcr-openai-l14-224/final
+
+    python examples/reproduce_dcr.py --table 3 --model Original=runs/llava-clip --model Ours=runs/llava-dcr
+
+`--table 3` scores LLaVA folders (`hf-vrl export-llava` / `llava-align`) with lmms-eval (`hf-vrl
+llava-eval`, `pip install "hf-vrl[llava-eval]"`), one run per model into --eval-dir (default
+runs/dcr-table3/<label>/), on mmvp, naturalbench, cv_bench_2d, cv_bench_3d, pope_random / pope_pop /
+pope_adv, scienceqa_img and hallusion_bench_image (`TABLE3_LMMS` in `hf_vrl.methods.dcr.paper` gives each
+column's metric, and where it had to be inferred: MMVP pair accuracy, POPE F1, HallusionBench's mean of aAcc,
+fAcc and qAcc, which lmms-eval judges with GPT: OPENAI_API_KEY). `--task "POPE rand=my_task:exact_match"`
+scores a column with another task (one of your own in --include-path), `--sets "POPE rand"` picks columns,
+--limit takes the first N samples of each task (NaturalBench needs all).
 
 A model labelled with a paper row's name (Original, Ours, DIVA, GenHancer, ...) fills that row; others get
 rows of their own. Models: a CLIP folder or Hub id (a DCR run's final/ is the base CLIP with the enhanced
@@ -39,10 +51,13 @@ from hf_vrl.errors import UserError
 from hf_vrl.methods.dcr.paper import (
     CLUSTERING_SETS,
     PAPER_TABLES,
+    TABLE3_LMMS,
     TABLE6_CLASSIFICATION,
 )
 from hf_vrl.paper_eval import (
+    add_llava_arguments,
     check_sources,
+    llava_table_command,
     load_benchmark,
     load_model,
     load_retrieval,
@@ -140,7 +155,8 @@ def table6(models: Models, args: argparse.Namespace) -> dict[str, dict[str, floa
     return out
 
 
-TABLES = {1: table1, 2: table2, 6: table6}
+TABLES = {1: table1, 2: table2, 6: table6}  # and Table 3: LLaVAs through lmms-eval (`run`)
+TABLE3_LLM = "Vicuna-7B"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -152,9 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--table",
         type=int,
-        choices=sorted(TABLES),
+        choices=sorted([*TABLES, 3]),
         required=True,
-        help="1 (MMVP-VLM), 2 (zero-shot clustering) or 6 (zero-shot classification and retrieval)",
+        help="1 (MMVP-VLM), 2 (zero-shot clustering), 3 (LLaVA-1.5 on MLLM benchmarks, lmms-eval) or 6 "
+        "(zero-shot classification and retrieval)",
     )
     parser.add_argument(
         "--model",
@@ -173,21 +190,33 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--backbone",
         default="OpenAI ViT-L-14 224",
-        help="the paper's block to print (Tables 1 and 2; Table 6 names no backbone): "
+        help="the paper's block to print (Tables 1 and 2; Table 6 names none, Table 3 has Vicuna-7B only): "
         + "; ".join(PAPER_TABLES[1]),
     )
     parser.add_argument("--text-model", help="the text tower for vision-only models (the original CLIP)")
-    parser.add_argument("--sets", nargs="+", help="only these benchmarks (default: all the table's)")
-    parser.add_argument("--limit", type=int, help="evaluate a seeded subset of this many images per set")
+    parser.add_argument(
+        "--sets", nargs="+", help="only these benchmarks (Table 3: columns; default: all the table's)"
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="evaluate a seeded subset of this many images per set (Table 3: each task's first N)",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", help="e.g. cuda (default: the CPU)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", help="also write the measured numbers to this JSON file")
+    add_llava_arguments(parser)
     return parser
 
 
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.table == 3:
+        paper = PAPER_TABLES[3][TABLE3_LLM]
+        title = f"DCR Table 3: {paper.title}"
+        measured = llava_table_command(args, TABLE3_LMMS, paper.rows, title, default_dir="runs/dcr-table3")
+        return _write(args, {"table": 3, "backbone": TABLE3_LLM, "measured": measured})
     args.sources = parse_labelled(args.source, "--source")
     args.sets = args.sets or TABLE_SETS[args.table]
     unknown = sorted(set(args.sets) - set(TABLE_SETS[args.table]))
@@ -206,8 +235,11 @@ def run(argv: list[str] | None = None) -> int:
     measured = TABLES[args.table](models, args)
     print(f"\nDCR Table {args.table}: {paper.title} ({backbone}); paper / measured")
     print(paper_comparison(paper.columns, paper.rows, measured, digits=2 if args.table == 2 else 1))
+    return _write(args, {"table": args.table, "backbone": backbone, "measured": measured})
+
+
+def _write(args: argparse.Namespace, record: dict[str, Any]) -> int:
     if args.output:
-        record = {"table": args.table, "backbone": backbone, "measured": measured}
         Path(args.output).write_text(json.dumps(record, indent=2))
         print(f"measured: {args.output}")
     return 0

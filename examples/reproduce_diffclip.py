@@ -1,13 +1,23 @@
 """Reproduce DiffCLIP's evaluations with given models: Table 1 (linear probe and few-shot on nine sets),
-Table 2 (zero-shot retrieval R@5 and zero-shot ImageNet), Figure 3 (zero-shot ImageNet and four OOD
-variants) and MMVP-VLM (Figure 4), printed "paper / measured" beside the paper's rows
-(`hf_vrl.methods.diffclip.paper`).
+Table 2 (zero-shot retrieval R@5 and zero-shot ImageNet), Table 3 (POPE of a LLaVA with each encoder),
+Figure 3 (zero-shot ImageNet and four OOD variants) and MMVP-VLM (Figure 4), printed "paper / measured"
+beside the paper's rows (`hf_vrl.methods.diffclip.paper`).
 
     hf-vrl convert diffclip --official CC12M/checkpoint_best.pt --output-dir models/diffclip-cc12m
     python examples/reproduce_diffclip.py --table 2 --data-root /data \\
         --model "DiffCLIP (CC12M)=models/diffclip-cc12m" --model "CLIP (CC12M)=models/clip-cc12m"
 
     python examples/reproduce_diffclip.py --table miniature --seeds 0 1 2   # trains 2 runs a seed (CPU)
+
+    python examples/reproduce_diffclip.py --table 3 \\
+        --model "CLIP (CC12M)=runs/llava-clip" --model "DiffCLIP (CC12M)=runs/llava-diffclip"
+
+`--table 3` scores LLaVA folders (`hf-vrl export-llava` / `llava-align`) with lmms-eval (`hf-vrl
+llava-eval`, `pip install "hf-vrl[llava-eval]"`) on pope_random / pope_pop / pope_adv (pope_accuracy,
+pope_precision, pope_recall), the outputs in --eval-dir (default runs/diffclip-table3/<label>/). The paper's
+rows are TinyLLaVA with Qwen-2.5-0.5B; `--task "Random Accuracy=my_task:exact_match"` scores a column with
+another task (one of your own in --include-path), `--sets "Random Accuracy"` picks columns, --limit takes the
+first N samples of each task.
 
 `--table miniature` trains instead of evaluating given models: CLIP and DiffCLIP (`hf-vrl demo`'s recipe,
 diffclip-tiny sizes, same data, seed and batches) on the cluttered shapes world
@@ -53,12 +63,15 @@ from hf_vrl.methods.diffclip.paper import (
     FIG3_COLUMNS,
     FIG3_STATED_OOD_GAIN,
     PAPER_TABLES,
+    TABLE3_LMMS,
 )
 from hf_vrl.paper_eval import (
     BENCHMARKS,
     MMVP_SHORT_NAMES,
+    add_llava_arguments,
     check_sources,
     few_shot_episodes,
+    llava_table_command,
     load_benchmark,
     load_model,
     load_retrieval,
@@ -229,9 +242,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--table",
-        choices=[*TABLES, "miniature"],
+        choices=[*TABLES, "3", "miniature"],
         required=True,
-        help="1, 2, fig3 (Figure 3), mmvp, or miniature (train CLIP and DiffCLIP on the cluttered world)",
+        help="1, 2, 3 (POPE of LLaVAs, lmms-eval), fig3 (Figure 3), mmvp, or miniature (train CLIP and "
+        "DiffCLIP on the cluttered world)",
     )
     parser.add_argument(
         "--model",
@@ -246,7 +260,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=NAME[@SPLIT]",
         help="where a benchmark is, instead of --data-root",
     )
-    parser.add_argument("--sets", nargs="+", help="only these benchmarks (default: all the table's)")
+    parser.add_argument(
+        "--sets", nargs="+", help="only these benchmarks (Table 3: columns; default: all the table's)"
+    )
     parser.add_argument(
         "--seeds",
         nargs="+",
@@ -255,7 +271,11 @@ def _parser() -> argparse.ArgumentParser:
         help="Table 1's probe and episode seeds; miniature runs",
     )
     parser.add_argument("--episodes", type=int, default=5000, help="few-shot episodes per seed (LGSSL: 5000)")
-    parser.add_argument("--limit", type=int, help="evaluate a seeded subset of this many test images per set")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="evaluate a seeded subset of this many test images per set (Table 3: each task's first N)",
+    )
     parser.add_argument(
         "--train-limit", type=int, help="Table 1: a seeded subset of this many training images"
     )
@@ -268,6 +288,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", help="e.g. cuda (default: the CPU)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the --limit subsets")
     parser.add_argument("--output", help="also write the measured numbers to this JSON file")
+    add_llava_arguments(parser)
     miniature = parser.add_argument_group("--table miniature")
     miniature.add_argument(
         "--output-dir", default="runs/diffclip-clutter", help="data and one run per arch and seed"
@@ -325,6 +346,13 @@ def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.table == "miniature":
         return miniature(args)
+    if args.table == "3":
+        title = f"DiffCLIP Table 3: {PAPER_TABLES['3'].title}, TinyLLaVA (Qwen-2.5-0.5B) in the paper"
+        rows = PAPER_TABLES["3"].rows
+        measured = llava_table_command(
+            args, TABLE3_LMMS, rows, title, default_dir="runs/diffclip-table3", digits=2
+        )
+        return _write(args, {"3": measured})
     if not args.model:
         raise UserError(f"--table {args.table} evaluates models: pass --model [LABEL=]PATH (repeatable)")
     args.sources = parse_labelled(args.source, "--source")
@@ -352,6 +380,10 @@ def run(argv: list[str] | None = None) -> int:
             "(the paper gives Figure 3 as bars; its text: DiffCLIP "
             f"+{FIG3_STATED_OOD_GAIN} on the OOD average over CLIP)"
         )
+    return _write(args, measured)
+
+
+def _write(args: argparse.Namespace, measured: dict[str, dict[str, Row]]) -> int:
     if args.output:
         Path(args.output).write_text(json.dumps({"table": args.table, "measured": measured}, indent=2))
         print(f"measured: {args.output}")

@@ -8,13 +8,20 @@ each split folder, a `save_to_disk` folder, or parquet files (`<split>-*.parquet
 Models are `LABEL=PATH` or `PATH`: any CLIP-like folder or Hub id `hf-vrl eval` loads; a DCRModel export gets
 its text side from `--text-model` (DCR's P-ability setting: the enhanced image tower against the original
 text tower).
+
+LLaVA tables (DCR's and DiffCLIP's Table 3) score `hf-vrl export-llava` / `llava-align` folders with
+lmms-eval (`hf_vrl.integrations.llava_eval`): each column is an `LmmsColumn` (a task's metric), and
+`--task COLUMN=TASK[:METRIC]` points one at another task (e.g. a YAML of your own in `--include-path`).
 """
 
 from __future__ import annotations
 
+import json
+import re
+import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +35,16 @@ __all__ = [
     "main_with_user_errors",
     "MMVP_SHORT_NAMES",
     "Benchmark",
+    "LmmsColumn",
+    "add_llava_arguments",
     "check_sources",
     "few_shot_episodes",
     "load_benchmark",
     "load_model",
     "load_retrieval",
+    "llava_table",
+    "llava_table_command",
+    "lmms_columns",
     "mmvp_row",
     "mmvp_source",
     "paper_comparison",
@@ -310,3 +322,148 @@ def main_with_user_errors(run: Callable[[list[str] | None], int], argv: list[str
             raise
         print(f"error: {message}", file=sys.stderr)
         return 2
+
+
+# -- LLaVA tables: columns from lmms-eval ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LmmsColumn:
+    """Where a table column comes from in lmms-eval: the mean of `task`'s `metrics`, times `scale` (lmms-eval
+    gives most metrics as fractions; the tables print percent). With `source`, the accuracy over the logged
+    samples whose `metrics[0]` record has that `source` (CV-Bench 2D's ADE20K and COCO halves)."""
+
+    task: str
+    metrics: tuple[str, ...]
+    scale: float = 100.0
+    source: str | None = None
+
+    def __str__(self) -> str:
+        where = f" [source {self.source}]" if self.source else ""
+        return f"{self.task}:{'+'.join(self.metrics)}{where}"
+
+
+def lmms_columns(
+    columns: Mapping[str, LmmsColumn], overrides: Sequence[str] | None, chosen: Sequence[str] | None = None
+) -> dict[str, LmmsColumn]:
+    """`columns` (only those `chosen`, in table order) with each `--task COLUMN=TASK[:METRIC[+METRIC]]` of
+    `overrides` applied: the column then reads TASK (its metrics unless given; same scale)."""
+    picked = dict(columns)
+    if chosen:
+        unknown = [name for name in chosen if name not in columns]
+        if unknown:
+            raise UserError(f"--sets {unknown}: the table's columns are {list(columns)}")
+        picked = {name: column for name, column in columns.items() if name in chosen}
+    for spec in overrides or []:
+        name, eq, target = spec.partition("=")
+        task, _, metrics = target.partition(":")
+        if not eq or not task:
+            raise UserError(f"--task {spec!r}: write COLUMN=TASK or COLUMN=TASK:METRIC")
+        if name not in columns:
+            raise UserError(f"--task {spec!r}: no column {name!r}; the table's columns are {list(columns)}")
+        if name in picked:
+            given = tuple(m for m in metrics.split("+") if m) if metrics else ()
+            changes = dict(metrics=given, source=None) if given else {}
+            picked[name] = replace(picked[name], task=task, **changes)
+    return picked
+
+
+def add_llava_arguments(parser: Any) -> None:
+    """The flags of the LLaVA tables (lmms-eval): --task, --include-path, --eval-dir, --dtype."""
+    group = parser.add_argument_group(
+        "LLaVA tables (lmms-eval, models from hf-vrl export-llava / llava-align)"
+    )
+    group.add_argument(
+        "--task",
+        action="append",
+        metavar="COLUMN=TASK[:METRIC]",
+        help='score a column with another lmms-eval task (and metric), e.g. "POPE rand=my_pope:pope_recall"',
+    )
+    group.add_argument("--include-path", help="a folder of your own lmms-eval task YAMLs (for --task)")
+    group.add_argument(
+        "--eval-dir", help="lmms-eval's output, a folder per model (default: runs/<paper>-table3)"
+    )
+    group.add_argument(
+        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"), help="LLaVA dtype"
+    )
+
+
+def _column_value(column: LmmsColumn, report: Mapping[str, Any], results: Path, label: str) -> float:
+    """One cell from `hf-vrl llava-eval`'s report (its llava_eval.json) and lmms-eval's RESULTS file."""
+    from hf_vrl.integrations.llava_eval import logged_samples
+
+    if column.source is not None:
+        records = [sample.get(column.metrics[0]) for sample in logged_samples(results, column.task)]
+        hits = [
+            bool(r["is_correct"]) for r in records if isinstance(r, dict) and r.get("source") == column.source
+        ]
+        if not hits:
+            raise UserError(f"{label}: lmms-eval logged no {column.task} samples from {column.source}")
+        return column.scale * statistics.mean(hits)
+    metrics = report["tasks"].get(column.task, {})
+    missing = [m for m in column.metrics if not isinstance(metrics.get(m), (int, float))]
+    if missing:
+        found = sorted(m for m in metrics if "_stderr" not in m)
+        raise UserError(f"{label}: lmms-eval gave {column.task} no {'/'.join(missing)} (it gave {found})")
+    return column.scale * statistics.mean(metrics[m] for m in column.metrics)
+
+
+def llava_table(
+    columns: Mapping[str, LmmsColumn],
+    models: Mapping[str, str],
+    output: str | Path,
+    *,
+    include_path: str | None = None,
+    limit: int | None = None,
+    device: str | None = None,
+    dtype: str = "auto",
+) -> dict[str, dict[str, float]]:
+    """{label: {column: value}}: each LLaVA folder of `models` ({label: path}) scored by `hf-vrl llava-eval`
+    on the tasks of `columns` in one lmms-eval run, into OUTPUT/<label>/."""
+    from hf_vrl.integrations import llava_eval
+
+    tasks = ",".join(dict.fromkeys(column.task for column in columns.values()))
+    measured = {}
+    for label, path in models.items():
+        folder = Path(output) / (re.sub(r"[^\w.-]+", "-", label).strip("-") or "model")
+        argv = [path, "--tasks", tasks, "--output-dir", str(folder), "--dtype", dtype]
+        for flag, value in (("--include-path", include_path), ("--limit", limit), ("--device", device)):
+            argv += [flag, str(value)] if value is not None else []
+        llava_eval.main(argv)
+        report = json.loads((folder / llava_eval.RESULTS_FILE).read_text())
+        results = folder / report["lmms_eval_results"]
+        measured[label] = {name: _column_value(c, report, results, label) for name, c in columns.items()}
+    return measured
+
+
+def llava_table_command(
+    args: Any,
+    lmms: Mapping[str, LmmsColumn],
+    paper: Mapping[str, Sequence[float | None]],
+    heading: str,
+    *,
+    default_dir: str,
+    digits: int = 1,
+) -> dict[str, dict[str, float]]:
+    """A reproduce script's LLaVA table: `args.model` (LABEL=LLAVA_DIR) scored on the columns of `lmms` (table
+    order; `paper` rows in it) that `args.sets` names, `args.task` overrides applied, printed "paper /
+    measured" under `heading`; returns {label: {column: value}}."""
+    if not args.model:
+        raise UserError("pass --model [LABEL=]LLAVA_DIR (repeatable): folders from hf-vrl export-llava")
+    columns = lmms_columns(lmms, args.task, args.sets)
+    models = parse_labelled(args.model, "--model")
+    measured = llava_table(
+        columns,
+        models,
+        args.eval_dir or default_dir,
+        include_path=args.include_path,
+        limit=args.limit,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    order = list(lmms)
+    rows = {row: [values[order.index(name)] for name in columns] for row, values in paper.items()}
+    print(f"\n{heading}; paper / measured")
+    print("lmms-eval: " + "; ".join(f"{name} = {column}" for name, column in columns.items()))
+    print(paper_comparison(list(columns), rows, measured, digits=digits))
+    return measured

@@ -1,7 +1,8 @@
 """`hf-vrl llava-eval`: lmms-eval's `llava_hf` backend scores a LLaVA that `hf-vrl export-llava` wrote on a
 local yes/no task (a parquet of generated images, a task YAML with its utils.py), offline on CPU, and its
 accuracy and per-sample answers equal a hand count with plain transformers; without lmms-eval the command says
-in one line how to install it."""
+in one line how to install it. Its builders (yes_no_rows, yes_no_llava, hand_count, local_task) also serve
+the reproduce scripts' LLaVA-table tests (tests/methods/reproduce_helpers.py: llava_eval_builders)."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def process_results(doc, results):
 """
 
 
-def _rows() -> list[dict]:
+def yes_no_rows() -> list[dict]:
     """Six 32 px images of a coloured square; the question names its colour (yes) or another one (no)."""
     names = list(COLORS)
     rows = []
@@ -118,7 +119,7 @@ def _export(base, tower, out):
     return out
 
 
-def _yes_no_llava(tmp_path, rows):
+def yes_no_llava(tmp_path, rows):
     """A tiny LLaVA exported by `hf-vrl export-llava` (a DCR tower swapped in) whose head scores only `yes`
     and `no`: their rows are +w and -w, w solved so that the exported model answers MODEL_SAYS on ROWS."""
     tokenizer = toy_tokenizer()
@@ -158,7 +159,7 @@ def _yes_no_llava(tmp_path, rows):
     return _export(tmp_path / "base", tower, tmp_path / "llava")
 
 
-def _hand_count(model_dir, rows) -> list[str]:
+def hand_count(model_dir, rows) -> list[str]:
     """Each row's answer from plain transformers: greedy, one new token, as the task's generation_kwargs."""
     model = LlavaForConditionalGeneration.from_pretrained(model_dir).eval()
     processor = AutoProcessor.from_pretrained(model_dir)
@@ -171,7 +172,7 @@ def _hand_count(model_dir, rows) -> list[str]:
     return answers
 
 
-def _local_task(folder, rows):
+def local_task(folder, rows):
     import datasets
 
     features = datasets.Features(
@@ -198,13 +199,13 @@ def test_lmms_eval_scores_an_exported_llava_on_a_local_task_as_a_hand_count_does
         "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache"),
     }.items():
         monkeypatch.setenv(name, value)
-    rows = _rows()
-    model_dir = _yes_no_llava(tmp_path, rows)
-    hand = _hand_count(model_dir, rows)
+    rows = yes_no_rows()
+    model_dir = yes_no_llava(tmp_path, rows)
+    hand = hand_count(model_dir, rows)
     assert hand == MODEL_SAYS
     hand_accuracy = sum(said == answer for said, answer in zip(hand, ANSWERS)) / len(rows)
     assert hand_accuracy == pytest.approx(4 / 6)
-    tasks = _local_task(tmp_path / "tasks", [{**row} for row in rows])
+    tasks = local_task(tmp_path / "tasks", [{**row} for row in rows])
 
     out = tmp_path / "eval"
     argv = ["llava-eval", str(model_dir), "--tasks", TASK, "--include-path", str(tasks), "--device", "cpu"]

@@ -1,11 +1,13 @@
 """Synthetic benchmarks in the layouts the reproduce examples read (image folders, parquet, the official
-MMVP-VLM folder) and tiny models to evaluate on them."""
+MMVP-VLM folder, local lmms-eval tasks) and tiny models to evaluate on them."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
 import io
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,46 @@ from PIL import Image
 from hf_vrl.metrics.mmvp import MMVP_CATEGORIES
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
+INTEGRATIONS = Path(__file__).parents[1] / "integrations"
+POPE_TASK = "hfvrl_toy_pope"
+POPE_ANSWERS = ["yes", "yes", "no", "no", "no", "no"]
+# lmms-eval's POPE task (utils and metrics) on local_task's parquet, answers of one token as the yes/no task
+POPE_YAML = """\
+task: {task}
+dataset_path: parquet
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_visual: !function pope_utils.pope_doc_to_visual
+doc_to_text: !function pope_utils.pope_doc_to_text
+doc_to_target: answer
+generation_kwargs:
+  max_new_tokens: 1
+  temperature: 0
+  do_sample: false
+process_results: !function pope_utils.pope_process_results
+metric_list:
+  - metric: pope_accuracy
+    aggregation: !function pope_utils.pope_aggregate_accuracy
+    higher_is_better: true
+  - metric: pope_precision
+    aggregation: !function pope_utils.pope_aggregate_precision
+    higher_is_better: true
+  - metric: pope_recall
+    aggregation: !function pope_utils.pope_aggregate_recall
+    higher_is_better: true
+  - metric: pope_f1_score
+    aggregation: !function pope_utils.pope_aggregate_f1_score
+    higher_is_better: true
+lmms_eval_specific_kwargs:
+  default:
+    pre_prompt: ""
+    post_prompt: "\\nAnswer the question using a single word or phrase."
+metadata:
+  version: 0.0
+"""
 COLOURS = [(220, 30, 30), (30, 200, 40), (40, 60, 230)]
 
 
@@ -91,3 +133,53 @@ def tiny_clip_folder(out: Path) -> Path:
     AutoImageProcessor.from_pretrained(config).save_pretrained(out)
     AutoTokenizer.from_pretrained(config).save_pretrained(out)
     return out
+
+
+def llava_eval_builders():
+    """tests/integrations/test_llava_eval.py as a module: its tiny yes/no LLaVA (yes_no_llava), rows, hand
+    count and local lmms-eval task (local_task)."""
+    if str(INTEGRATIONS) not in sys.path:
+        sys.path.insert(0, str(INTEGRATIONS))  # its llava_helpers
+    spec = importlib.util.spec_from_file_location("llava_eval_builders", INTEGRATIONS / "test_llava_eval.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def llava_tasks(root: Path) -> dict:
+    """A tiny exported yes/no LLaVA and local lmms-eval tasks on its six rows: the yes/no task (exact_match)
+    and a POPE task (lmms-eval's POPE metrics; truths POPE_ANSWERS, so that its four metrics differ); the hand
+    count (plain transformers) of the answers and the metrics it gives."""
+    builders = llava_eval_builders()
+    rows = builders.yes_no_rows()
+    model = builders.yes_no_llava(root, rows)
+    tasks = builders.local_task(root / "tasks", [{**row} for row in rows])
+    pope = builders.local_task(root / "pope", [{**row, "answer": a} for row, a in zip(rows, POPE_ANSWERS)])
+    (tasks / f"{POPE_TASK}.yaml").write_text(POPE_YAML.format(task=POPE_TASK, data=pope / "data.parquet"))
+    (tasks / "pope_utils.py").write_text("from lmms_eval.tasks.pope.utils import *  # noqa: F403\n")
+    said = builders.hand_count(model, rows)
+    both = sum(s == t == "yes" for s, t in zip(said, POPE_ANSWERS))
+    precision, recall = both / said.count("yes"), both / POPE_ANSWERS.count("yes")
+    hand = {
+        "yes/no accuracy": sum(s == t for s, t in zip(said, builders.ANSWERS)) / len(rows),
+        "pope_accuracy": sum(s == t for s, t in zip(said, POPE_ANSWERS)) / len(rows),
+        "pope_precision": precision,
+        "pope_recall": recall,
+        "pope_f1_score": 2 * precision * recall / (precision + recall),
+    }
+    return dict(model=model, tasks=tasks, yes_no_task=builders.TASK, said=said, hand=hand)
+
+
+def lmms_task_metrics(task: str) -> set[str]:
+    """The metrics of the installed lmms-eval's task TASK (its YAML and the templates it includes); empty when
+    no YAML names it."""
+    import lmms_eval
+
+    metric = re.compile(r"^\s*- metric:\s*(\S+)", re.M)
+    for path in (Path(lmms_eval.__file__).parent / "tasks").rglob("*.yaml"):
+        text = path.read_text(errors="replace")
+        if re.search(rf'^task:\s*"?{re.escape(task)}"?\s*(#.*)?$', text, re.M):
+            for include in re.findall(r"^include:\s*(\S+)", text, re.M):
+                text += (path.parent / include).read_text()
+            return set(metric.findall(text))
+    return set()

@@ -1,5 +1,6 @@
-"""examples/reproduce_dcr.py end to end on synthetic data in the layouts it reads, and the paper's numbers it
-ships (hf_vrl.methods.dcr.paper)."""
+"""examples/reproduce_dcr.py end to end on synthetic data in the layouts it reads (Table 3: a tiny exported
+LLaVA on local lmms-eval tasks, against a hand count), and the paper's numbers it ships
+(hf_vrl.methods.dcr.paper) with Table 3's lmms-eval columns."""
 
 from __future__ import annotations
 
@@ -7,15 +8,25 @@ import json
 import re
 
 import pytest
-from reproduce_helpers import example, image_folder, mmvp_folder, retrieval_parquet, tiny_clip_folder
+from reproduce_helpers import (
+    POPE_TASK,
+    example,
+    image_folder,
+    llava_tasks,
+    lmms_task_metrics,
+    mmvp_folder,
+    retrieval_parquet,
+    tiny_clip_folder,
+)
 
-from hf_vrl.methods.dcr.paper import BACKBONE_PRESETS, PAPER_TABLES
-from hf_vrl.paper_eval import paper_comparison
+from hf_vrl.errors import UserError
+from hf_vrl.methods.dcr.paper import BACKBONE_PRESETS, PAPER_TABLES, TABLE3_COLUMNS, TABLE3_LMMS
+from hf_vrl.paper_eval import LmmsColumn, llava_table, paper_comparison
 from hf_vrl.presets import preset_path
 
 
 def test_the_paper_numbers_are_consistent():
-    assert sorted(PAPER_TABLES) == [1, 2, 6]
+    assert sorted(PAPER_TABLES) == [1, 2, 3, 6]
     for table in PAPER_TABLES[1].values():  # Avg: the mean of the nine patterns (15 pairs each)
         for row, values in table.rows.items():
             assert abs(sum(values[:-1]) / 9 - values[-1]) <= 0.051, row
@@ -121,3 +132,117 @@ def test_sources_name_a_benchmark_with_its_split(setup, tmp_path):
     DatasetDict({"train": mnist}).save_to_disk(str(saved))
     dataset = load_benchmark("cifar10", None, {"cifar10": f"{saved}@train"}, limit=5)
     assert len(dataset) == 5 and dataset.features["label"].names == ["blue", "green", "red"]
+
+
+def test_table3_is_shipped_as_printed():
+    table = PAPER_TABLES[3]["Vicuna-7B"]
+    assert table.columns == TABLE3_COLUMNS and list(table.rows) == [
+        "Original",
+        "DIVA",
+        "GenHancer",
+        "un2CLIP",
+        "Ours",
+    ]
+    cell = dict(zip(TABLE3_COLUMNS, table.rows["Ours"]))
+    assert (cell["MMVP-MLLM"], cell["NaturalBench G-Acc"], cell["POPE adv"], cell["Hallusion Avg."]) == (
+        31.3,
+        25.3,
+        85.8,
+        28.6,
+    )
+    assert table.rows["Original"][:5] == (24.7, 76.4, 53.6, 56.4, 17.6)
+    assert table.rows["un2CLIP"][1:5] == (None,) * 4  # "-": NaturalBench in another setting
+    assert dict(zip(TABLE3_COLUMNS, table.rows["GenHancer"]))["CV-Bench 3D"] == 63.2
+    assert "- / -" in paper_comparison(TABLE3_COLUMNS, table.rows, {})  # un2CLIP's "-"
+
+
+def test_table3_columns_name_tasks_and_metrics_of_the_installed_lmms_eval():
+    assert list(TABLE3_LMMS) == list(TABLE3_COLUMNS)
+    assert TABLE3_LMMS["MMVP-MLLM"] == LmmsColumn("mmvp", ("mmvp_pair_accuracy",))  # MMVP's pair accuracy
+    assert TABLE3_LMMS["POPE pop"] == LmmsColumn("pope_pop", ("pope_f1_score",))  # LLaVA-1.5's POPE F1
+    assert TABLE3_LMMS["CV-Bench 2D COCO"] == LmmsColumn("cv_bench_2d", ("cv_bench_acc",), source="COCO")
+    assert TABLE3_LMMS["Hallusion Avg."] == LmmsColumn(
+        "hallusion_bench_image", ("aAcc", "fAcc", "qAcc"), scale=1.0
+    )  # lmms-eval gives HallusionBench in percent
+    pytest.importorskip("lmms_eval", reason="lmms-eval is not installed")
+    for column in TABLE3_LMMS.values():
+        assert set(column.metrics) <= lmms_task_metrics(column.task), column
+    from lmms_eval.tasks.cv_bench import utils  # its per-sample record carries the source (ADE20K / COCO)
+
+    record = utils.cv_bench_process_results(
+        {"answer": "(A)", "idx": 0, "type": "Count", "task": "Count", "source": "ADE20K"}, ["A"]
+    )["cv_bench_acc"]
+    assert record["source"] == "ADE20K" and record["is_correct"]
+
+
+def test_a_source_column_counts_the_logged_samples_of_that_source(tmp_path, monkeypatch):
+    """CV-Bench 2D's ADE20K / COCO: the accuracy over lmms-eval's logged samples of each source."""
+    from hf_vrl.integrations import llava_eval
+
+    out = tmp_path / "eval" / "Ours"
+    results = out / "lmms_eval" / "run" / "2025_results.json"
+    results.parent.mkdir(parents=True)
+    results.write_text("{}")
+    marks = [("ADE20K", True), ("COCO", False), ("ADE20K", False), ("COCO", False), ("ADE20K", True)]
+    samples = [
+        {"doc_id": i, "cv_bench_acc": {"source": s, "is_correct": c}} for i, (s, c) in enumerate(marks)
+    ]
+    (results.parent / "2025_samples_cv_bench_2d.jsonl").write_text("\n".join(map(json.dumps, samples)))
+    report = {
+        "tasks": {"cv_bench_2d": {"cv_bench_acc": 0.4}},
+        "lmms_eval_results": str(results.relative_to(out)),
+    }
+
+    def fake_main(argv):
+        assert argv[:3] == ["runs/llava", "--tasks", "cv_bench_2d"]
+        (out / llava_eval.RESULTS_FILE).write_text(json.dumps(report))
+        return 0
+
+    monkeypatch.setattr(llava_eval, "main", fake_main)
+    columns = {name: TABLE3_LMMS[name] for name in ("CV-Bench 2D ADE20K", "CV-Bench 2D COCO")}
+    columns["2D"] = LmmsColumn("cv_bench_2d", ("cv_bench_acc",))
+    measured = llava_table(columns, {"Ours": "runs/llava"}, tmp_path / "eval")
+    assert measured == {
+        "Ours": {"CV-Bench 2D ADE20K": pytest.approx(200 / 3), "CV-Bench 2D COCO": 0.0, "2D": 40.0}
+    }
+    with pytest.raises(
+        UserError, match=r"^Ours: lmms-eval gave cv_bench_2d no pope_f1_score \(it gave \['cv_bench_acc'\]\)$"
+    ):
+        llava_table(
+            {"x": LmmsColumn("cv_bench_2d", ("pope_f1_score",))}, {"Ours": "runs/llava"}, tmp_path / "eval"
+        )
+
+
+def test_an_unknown_table3_column_is_one_line(capsys):
+    assert example("reproduce_dcr").main(["--table", "3", "--model", "Ours=a", "--task", "POPE=x"]) == 2
+    assert "--task 'POPE=x': no column 'POPE'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_table3_scores_an_exported_llava_through_lmms_eval_as_a_hand_count(tmp_path, monkeypatch, capsys):
+    """POPE rand on a local task with lmms-eval's POPE metrics (--task COLUMN=TASK: still F1), SciQA-IMG on
+    the local yes/no task (--task COLUMN=TASK:METRIC): the hand count's F1 and accuracy."""
+    pytest.importorskip("lmms_eval", reason="lmms-eval is not installed (pip install 'hf-vrl[llava-eval]')")
+    for name, value in {"HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(name, value)
+    built = llava_tasks(tmp_path)
+    hand = built["hand"]
+    assert (hand["pope_f1_score"], hand["pope_accuracy"]) == (pytest.approx(0.8), pytest.approx(5 / 6))
+    argv = ["--table", "3", "--model", f"Ours={built['model']}", "--device", "cpu", "--sets", "POPE rand"]
+    argv += ["SciQA-IMG", "--include-path", str(built["tasks"]), "--task", f"POPE rand={POPE_TASK}"]
+    argv += ["--task", f"SciQA-IMG={built['yes_no_task']}:exact_match", "--eval-dir", str(tmp_path / "eval")]
+    assert example("reproduce_dcr").main([*argv, "--output", str(tmp_path / "m.json")]) == 0
+    record = json.loads((tmp_path / "m.json").read_text())
+    assert (record["table"], record["backbone"]) == (3, "Vicuna-7B")
+    assert record["measured"]["Ours"] == {
+        "POPE rand": pytest.approx(100 * hand["pope_f1_score"]),
+        "SciQA-IMG": pytest.approx(100 * hand["yes/no accuracy"]),
+    }
+    out = capsys.readouterr().out
+    assert f"POPE rand = {POPE_TASK}:pope_f1_score" in out
+    rows = _rows(out)
+    assert rows["Ours"] == [
+        f"88.0 / {100 * hand['pope_f1_score']:.1f}",
+        f"67.5 / {100 * hand['yes/no accuracy']:.1f}",
+    ]
+    assert rows["un2CLIP"] == ["88.0 / -", "68.4 / -"]

@@ -1,5 +1,6 @@
-"""examples/reproduce_diffclip.py end to end on synthetic data in the layouts it reads, the paper's numbers it
-ships (hf_vrl.methods.diffclip.paper) and LGSSL's few-shot episodes."""
+"""examples/reproduce_diffclip.py end to end on synthetic data in the layouts it reads (Table 3: a tiny
+exported LLaVA on local lmms-eval tasks, against a hand count), the paper's numbers it ships
+(hf_vrl.methods.diffclip.paper) with Table 3's lmms-eval columns, and LGSSL's few-shot episodes."""
 
 from __future__ import annotations
 
@@ -8,10 +9,27 @@ import re
 
 import pytest
 import torch
-from reproduce_helpers import example, image_folder, mmvp_folder, retrieval_parquet, tiny_clip_folder
+from reproduce_helpers import (
+    POPE_TASK,
+    example,
+    image_folder,
+    llava_tasks,
+    lmms_task_metrics,
+    mmvp_folder,
+    retrieval_parquet,
+    tiny_clip_folder,
+)
 
-from hf_vrl.methods.diffclip.paper import PAPER_TABLES, RELEASED, released_results
-from hf_vrl.paper_eval import few_shot_episodes
+from hf_vrl.errors import UserError
+from hf_vrl.methods.diffclip.paper import (
+    PAPER_TABLES,
+    RELEASED,
+    TABLE3_COLUMNS,
+    TABLE3_LMMS,
+    TABLE3_PRINTED,
+    released_results,
+)
+from hf_vrl.paper_eval import LmmsColumn, few_shot_episodes, lmms_columns
 
 
 def test_the_paper_numbers_are_consistent():
@@ -26,6 +44,87 @@ def test_the_paper_numbers_are_consistent():
     assert released_results("CC12M")["percent"]["zero-shot ImageNet top-1"] == 33.8
     assert PAPER_TABLES["fig3"].rows == {}  # bars only: no invented numbers
     assert PAPER_TABLES["mmvp"].rows == {"CLIP (CC12M)": (21.9,), "DiffCLIP (CC12M)": (27.6,)}
+
+
+def test_table3_is_shipped_as_printed_and_by_encoder():
+    assert TABLE3_PRINTED.columns[:3] == ("CLIP Accuracy", "CLIP Precision", "CLIP Recall")
+    assert TABLE3_PRINTED.rows["Random"] == (50.14, 50.07, 98.21, 50.41, 50.21, 98.56)
+    assert TABLE3_PRINTED.rows["Adversarial"][1] == 50.08  # CLIP precision
+    gains = {"Random": (0.27, 0.14, 0.35), "Popular": (0.00, 0.00, 0.14), "Adversarial": (0.03, 0.02, 0.14)}
+    for split, values in TABLE3_PRINTED.rows.items():  # the printed "(+x)": DiffCLIP − CLIP
+        assert [round(d - c, 2) for c, d in zip(values[:3], values[3:])] == list(gains[split])
+    by_model = PAPER_TABLES["3"]
+    assert by_model.columns == TABLE3_COLUMNS and set(by_model.rows) == {"CLIP (CC12M)", "DiffCLIP (CC12M)"}
+    assert by_model.rows["DiffCLIP (CC12M)"][TABLE3_COLUMNS.index("Popular Recall")] == 99.47
+    assert by_model.rows["CLIP (CC12M)"][TABLE3_COLUMNS.index("Adversarial Accuracy")] == 50.17
+
+
+def test_table3_columns_are_pope_tasks_of_the_installed_lmms_eval():
+    assert list(TABLE3_LMMS) == list(TABLE3_COLUMNS)
+    assert TABLE3_LMMS["Random Accuracy"] == LmmsColumn("pope_random", ("pope_accuracy",))
+    assert TABLE3_LMMS["Popular Recall"] == LmmsColumn("pope_pop", ("pope_recall",))
+    assert TABLE3_LMMS["Adversarial Precision"] == LmmsColumn("pope_adv", ("pope_precision",))
+    assert all(column.scale == 100 for column in TABLE3_LMMS.values())  # lmms-eval's POPE: fractions
+    pytest.importorskip("lmms_eval", reason="lmms-eval is not installed")
+    for column in TABLE3_LMMS.values():
+        assert set(column.metrics) <= lmms_task_metrics(column.task), column
+
+
+def test_task_overrides_point_a_column_at_another_task():
+    picked = lmms_columns(
+        TABLE3_LMMS,
+        ["Random Accuracy=my_yesno:exact_match", "Random Recall=my_pope", "Popular Recall=x"],
+        ["Random Accuracy", "Random Recall"],
+    )
+    assert picked == {
+        "Random Accuracy": LmmsColumn("my_yesno", ("exact_match",)),
+        "Random Recall": LmmsColumn("my_pope", ("pope_recall",)),  # the task only: the column's metric
+    }
+    assert lmms_columns(TABLE3_LMMS, None) == TABLE3_LMMS
+    for overrides, chosen, message in (
+        (["Random Acc=t"], None, "--task 'Random Acc=t': no column 'Random Acc'; the table's columns are"),
+        (["Random Accuracy"], None, "--task 'Random Accuracy': write COLUMN=TASK or COLUMN=TASK:METRIC"),
+        (None, ["Recall"], "--sets ['Recall']: the table's columns are"),
+    ):
+        with pytest.raises(UserError, match=re.escape(message)):
+            lmms_columns(TABLE3_LMMS, overrides, chosen)
+
+
+def test_table3_without_models_is_one_line(capsys):
+    assert example("reproduce_diffclip").main(["--table", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: pass --model [LABEL=]LLAVA_DIR (repeatable): folders from hf-vrl export-llava"
+
+
+@pytest.mark.slow
+def test_table3_scores_an_exported_llava_through_lmms_eval_as_a_hand_count(tmp_path, monkeypatch, capsys):
+    """Random Accuracy on the local yes/no task (--task COLUMN=TASK:METRIC), Random Precision on a local task
+    with lmms-eval's POPE metrics (--task COLUMN=TASK keeps pope_precision): the hand count's numbers."""
+    pytest.importorskip("lmms_eval", reason="lmms-eval is not installed (pip install 'hf-vrl[llava-eval]')")
+    for name, value in {"HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(name, value)
+    built = llava_tasks(tmp_path)
+    hand = built["hand"]
+    assert (hand["yes/no accuracy"], hand["pope_precision"]) == (pytest.approx(4 / 6), pytest.approx(2 / 3))
+    argv = ["--table", "3", "--model", f"DiffCLIP (CC12M)={built['model']}", "--device", "cpu"]
+    argv += ["--sets", "Random Accuracy", "Random Precision", "--include-path", str(built["tasks"])]
+    argv += ["--task", f"Random Accuracy={built['yes_no_task']}:exact_match"]
+    argv += ["--task", f"Random Precision={POPE_TASK}", "--eval-dir", str(tmp_path / "eval")]
+    assert example("reproduce_diffclip").main([*argv, "--output", str(tmp_path / "m.json")]) == 0
+    measured = json.loads((tmp_path / "m.json").read_text())["measured"]["3"]["DiffCLIP (CC12M)"]
+    assert measured == {
+        "Random Accuracy": pytest.approx(100 * hand["yes/no accuracy"]),
+        "Random Precision": pytest.approx(100 * hand["pope_precision"]),
+    }
+    out = capsys.readouterr().out
+    assert f"Random Accuracy = {built['yes_no_task']}:exact_match" in out
+    rows = _rows(out, "DiffCLIP Table 3")
+    assert rows["DiffCLIP (CC12M)"] == [
+        f"50.41 / {100 * hand['yes/no accuracy']:.2f}",
+        f"50.21 / {100 * hand['pope_precision']:.2f}",
+    ]
+    assert rows["CLIP (CC12M)"] == ["50.14 / -", "50.07 / -"]
+    assert (tmp_path / "eval" / "DiffCLIP-CC12M" / "llava_eval.json").is_file()
 
 
 def test_few_shot_episodes_follow_lgssl():

@@ -146,6 +146,14 @@ def task_metrics(results: dict) -> dict[str, dict[str, float | str]]:
     return tasks
 
 
+def logged_samples(results_path: Path, task: str) -> list[dict]:
+    """TASK's logged samples beside lmms-eval's RESULTS_PATH (each with its doc, answer and per-sample
+    metrics); [] when there are none."""
+    prefix = results_path.name.removesuffix("_results.json")
+    found = results_path.parent / f"{prefix}_samples_{task}.jsonl"
+    return [json.loads(line) for line in found.read_text().splitlines()] if found.is_file() else []
+
+
 def empty_answers(results_path: Path) -> dict[str, int]:
     """{task: samples answered with nothing}: lmms-eval logs a generation error and scores an empty answer."""
     prefix = results_path.name.removesuffix("_results.json")

@@ -12,7 +12,7 @@ evaluate.py   before/after D-ability (clustering) and P-ability (MMVP-style)
 toy.py        the tiny CLIP and tiny SD of the toy world
 lean_unet.py  the frozen UNet keeping only what the backward pass to the condition needs
 method.py     `hf-vrl train dcr`: its run configuration and Method (stages, toy inputs, exports)
-paper.py      the paper's Tables 1, 2 and 6 as data (examples/reproduce_dcr.py)
+paper.py      the paper's Tables 1, 2, 3 and 6 as data (examples/reproduce_dcr.py)
 The Hub-facing model (DCRConfig, DCRModel) lives in hf_vrl.models.dcr; the objectives are public in
 hf_vrl.losses.
 """

@@ -1,8 +1,9 @@
 """What the DiffCLIP authors report for their released checkpoints (`hammh0a/DiffCLIP_ViTB16_CC3M|CC12M`),
 as data: the card of a converted checkpoint shows it, marked as the authors' figures (DiffCLIP, Table 2:
 retrieval R@5 on Flickr30k, Flickr8k and MSCOCO, with LAION's CLIP_benchmark; zero-shot ImageNet top-1).
-`PAPER_TABLES` holds the paper's Tables 1 and 2 and Figure 4's MMVP-VLM averages by row, for
-`examples/reproduce_diffclip.py`."""
+`PAPER_TABLES` holds the paper's Tables 1, 2 and 3 (POPE of TinyLLaVA with Qwen-2.5-0.5B, as printed) and
+Figure 4's MMVP-VLM averages by row, for `examples/reproduce_diffclip.py`; `TABLE3_LMMS` says which lmms-eval
+task and metric gives each Table 3 cell."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 from typing import Any
 
 from hf_vrl.methods.dive.paper import PaperTable
+from hf_vrl.paper_eval import LmmsColumn
 
 __all__ = [
     "CLASSIFICATION_SETS",
@@ -17,6 +19,8 @@ __all__ = [
     "PAPER_TABLES",
     "RELEASED",
     "RETRIEVAL_COLUMNS",
+    "TABLE3_LMMS",
+    "table3_by_model",
     "released_pretraining",
     "released_results",
 ]
@@ -86,6 +90,45 @@ RETRIEVAL_COLUMNS = (
 FIG3_COLUMNS = ("ImageNet", "ImageNet-V2", "ImageNet-A", "ImageNet-R", "ImageNet-Sketch", "OOD avg.")
 FIG3_STATED_OOD_GAIN = 2.1  # "outperform standard CLIP by an average of 2.1%" (§4, Results of Fig. 3)
 
+# Table 3 (§5.1): CLIP-CC12M and DiffCLIP-CC12M vision encoders in TinyLLaVA with Qwen-2.5-Instruct-0.5B,
+# POPE, percent, as printed: rows the POPE split, columns encoder × metric (the "(+x)" gains left out).
+POPE_SPLITS = ("Random", "Popular", "Adversarial")
+POPE_METRICS = ("Accuracy", "Precision", "Recall")
+TABLE3_ENCODERS = {"CLIP": "CLIP (CC12M)", "DiffCLIP": "DiffCLIP (CC12M)"}  # printed name -> row label
+TABLE3_PRINTED = PaperTable(
+    3,
+    "POPE of TinyLLaVA (Qwen-2.5-0.5B) with CLIP or DiffCLIP (CC12M) vision encoders, %",
+    tuple(f"{encoder} {metric}" for encoder in TABLE3_ENCODERS for metric in POPE_METRICS),
+    {
+        "Random": (50.14, 50.07, 98.21, 50.41, 50.21, 98.56),
+        "Popular": (50.27, 50.13, 99.33, 50.27, 50.13, 99.47),
+        "Adversarial": (50.17, 50.08, 99.33, 50.20, 50.10, 99.47),
+    },
+)
+TABLE3_COLUMNS = tuple(f"{split} {metric}" for split in POPE_SPLITS for metric in POPE_METRICS)
+# lmms-eval 0.7's POPE tasks per split; pope_* metrics are fractions (the paper's definitions: accuracy, and
+# precision / recall of "yes"; lmms-eval counts an answer right only when it is exactly yes / no)
+_POPE_TASKS = dict(zip(POPE_SPLITS, ("pope_random", "pope_pop", "pope_adv")))
+TABLE3_LMMS: dict[str, LmmsColumn] = {
+    f"{split} {metric}": LmmsColumn(_POPE_TASKS[split], (f"pope_{metric.lower()}",))
+    for split in POPE_SPLITS
+    for metric in POPE_METRICS
+}
+
+
+def table3_by_model() -> dict[str, tuple[float, ...]]:
+    """Table 3 with a row per encoder ("CLIP (CC12M)", "DiffCLIP (CC12M)") in `TABLE3_COLUMNS` order."""
+    printed = TABLE3_PRINTED
+    return {
+        label: tuple(
+            printed.rows[split][printed.columns.index(f"{encoder} {metric}")]
+            for split in POPE_SPLITS
+            for metric in POPE_METRICS
+        )
+        for encoder, label in TABLE3_ENCODERS.items()
+    }
+
+
 PAPER_TABLES: dict[str, PaperTable] = {
     "1-linear": PaperTable(
         1,
@@ -129,4 +172,5 @@ PAPER_TABLES: dict[str, PaperTable] = {
         ("Avg",),
         {"CLIP (CC12M)": (21.9,), "DiffCLIP (CC12M)": (27.6,)},
     ),
+    "3": PaperTable(3, "POPE accuracy / precision / recall per split, %", TABLE3_COLUMNS, table3_by_model()),
 }
