@@ -6,6 +6,7 @@ import pytest
 
 from hf_vrl import cli, demo
 from hf_vrl.run import METHODS
+from hf_vrl.run.report import compare_table
 
 
 def test_help_lists_every_subcommand_and_method(capsys):
@@ -79,6 +80,33 @@ def test_demo_dcr_runs_dcr_and_the_reconstruction_baseline_from_the_same_inputs(
     for run in ("dcr", "reconstruction"):
         assert (tmp_path / "dcr" / run / "final" / "model.safetensors").is_file()
     assert contrastive["after"] != baseline["after"]
+
+
+def test_demo_clue_full_run_shows_the_common_start_as_its_before(tmp_path, monkeypatch):
+    """The full run starts from the InfoNCE run's backbone and skips its own evaluation before training: its
+    "before" column is the baseline's, not missing."""
+    import argparse
+
+    from hf_vrl.methods.clue import miniature
+
+    calls = []
+
+    def fake_rung(name, output_dir, **settings):
+        calls.append((name, settings))
+        before = {"retrieval": {"i2i_R@1": 0.25}} if settings.get("eval_before", True) else None
+        return {"before": before, "after": {"retrieval": {"i2i_R@1": 0.5 if name == "+ text" else 0.3}}}
+
+    monkeypatch.setattr(miniature, "train_rung", fake_rung)
+    reports = demo.clue(argparse.Namespace(seed=0), tmp_path)
+    assert [name for name, _ in calls] == ["InfoNCE", "+ text"]
+    assert calls[1][1]["backbone"] == str(tmp_path / "InfoNCE" / "inputs" / "backbone")
+    assert (
+        reports["clue full"]["before"]
+        == reports["clue InfoNCE"]["before"]
+        == {"retrieval": {"i2i_R@1": 0.25}}
+    )
+    table = compare_table(reports, ("retrieval.i2i_R@1",))
+    assert table.splitlines()[-1].split() == ["retrieval.i2i_R@1", "25.0", "30.0", "25.0", "50.0"]
 
 
 @pytest.mark.slow

@@ -119,7 +119,8 @@ def dive(args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
 
 def clue(args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
     """CLUE's ablation ladder in miniature (`clue-tiny`, methods/clue/miniature.py): the InfoNCE baseline and
-    the full Eq. 8 from the same pretrained start (built once, by the first rung), data and seed."""
+    the full Eq. 8 from the same pretrained start (built once, by the first rung), data and seed. The full
+    run's "before" is the baseline's: the same backbone, evaluated the same way (not measured twice)."""
     from hf_vrl.methods.clue.miniature import train_rung
 
     baseline = train_rung("InfoNCE", out / "InfoNCE", seed=args.seed)
@@ -127,7 +128,7 @@ def clue(args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
     full = train_rung(
         "+ text", out / "full", seed=args.seed, backbone_pretrain_steps=0, eval_before=False, **start
     )
-    return {"clue InfoNCE": baseline, "clue full": full}
+    return {"clue InfoNCE": baseline, "clue full": {**full, "before": baseline["before"]}}
 
 
 DUAL_ENCODER_METRICS = ("zero_shot.top1", "clustering.nmi", "clustering.acc")

@@ -64,7 +64,7 @@ def clue_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("clue") / "run"
     tiny = dict(
         train_limit=32, batch_size=8, max_steps=2, save_steps=2, eval_limit=24, backbone_pretrain_steps=2,
-        part_map_images=2,
+        part_map_images=2, text_encoder_pretrain_steps=2,
     )  # fmt: skip
     hf_vrl.train("clue", output_dir=str(out), **tiny)
     return out

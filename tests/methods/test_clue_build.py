@@ -60,10 +60,19 @@ def test_from_a_vit_leaves_its_pooler_behind():
 def test_continue_from_a_clue_checkpoint(tmp_path):
     settings = tiny_settings()
     trained = build_model(settings, text_embed_dim=6)
-    trained.update_momentum(0.5)
+    with torch.no_grad():  # branches that differ, so the EMA moves the momentum weights
+        for param in trained.backbone.parameters():
+            param.add_(1.0)
+    online = trained.backbone.embedder.embedder.convolution.weight.clone()
+    before = trained.momentum_backbone.embedder.embedder.convolution.weight.clone()
+    assert not torch.equal(online, before)
+    trained.update_momentum(0.25)
+    moved = trained.momentum_backbone.embedder.embedder.convolution.weight
+    torch.testing.assert_close(moved, 0.25 * before + 0.75 * online)  # theta_m <- m theta_m + (1 - m) theta
     trained.save_pretrained(tmp_path)
     again = build_model(tiny_settings(backbone=str(tmp_path), backbone_config=None), text_embed_dim=6)
     assert type(again) is CLUEModel and _same_weights(again, trained)
+    torch.testing.assert_close(again.momentum_backbone.embedder.embedder.convolution.weight, moved)
     with pytest.raises(UserError, match="text head of width 6"):
         build_model(tiny_settings(backbone=str(tmp_path), backbone_config=None), text_embed_dim=9)
 

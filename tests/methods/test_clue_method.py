@@ -19,7 +19,7 @@ from hf_vrl.run.config import resolve
 
 TINY = dict(
     train_limit=32, batch_size=8, max_steps=3, save_steps=3, eval_limit=24, logging_steps=1,
-    backbone_pretrain_steps=2, part_map_images=2, seed=0,
+    backbone_pretrain_steps=2, text_encoder_pretrain_steps=2, part_map_images=2, seed=0,
 )  # fmt: skip
 METRICS = ("linear_probe.top1", "retrieval.i2i_R@1", "retrieval.i2i_R@5", "granularity.ncc_fine")
 
@@ -44,6 +44,9 @@ def test_the_common_layout_and_report(run):
         assert all(0 <= _metric(report[stage], m) <= 1 for m in METRICS)
     assert report["before"] != report["after"]
     assert (out / "inputs" / "backbone" / "config.json").is_file()  # the toy pretraining, built once
+    assert (out / "inputs" / "text_encoder" / "model.safetensors").is_file()  # the trained toy text encoder
+    assert report["config"]["model"]["text_source"] == "pixel_describer"  # never the label-naming captions
+    assert report["after"]["granularity_split"] == "train"  # the paper's §3: measured on the training set
     with Image.open(out / "figures" / "part_maps.png") as figure:  # 2 rows x (image + 3 clusters)
         assert 1.5 < figure.size[0] / figure.size[1] < 2.5
 
@@ -56,7 +59,8 @@ def test_final_loads_with_remote_code_and_reproduces_the_evaluation(run):
 
     processor = AutoImageProcessor.from_pretrained(out / "final")
     test = load_dataset_by_name("shapes", split="test", limit=24, seed=0, image_size=32)
-    again = evaluate_clue(model, processor, test, tasks=("retrieval", "granularity"))
+    train = load_dataset_by_name("shapes", split="train", limit=32, seed=0, image_size=32)  # the run's rows
+    again = evaluate_clue(model, processor, test, train, tasks=("retrieval", "granularity"))
     assert again["retrieval"] == report["after"]["retrieval"]
     assert again["granularity"]["ncc_fine"] == report["after"]["granularity"]["ncc_fine"]
 
@@ -99,9 +103,34 @@ def test_the_presets_resolve_and_say_what_differs_from_the_paper():
         ({"backbone": "microsoft/resnet-50"}, "set exactly one of model.backbone"),
         ({"dataset": "digits"}, "backbone_pretrain_steps needs the toy world"),
         ({"beta": 1.0, "num_parts": 0}, "num_parts >= 1"),
+        ({"dataset": "digits", "backbone_pretrain_steps": 0}, "pixel_describer describes the toy world"),
+        ({"text_encoder_pretrain_steps": 5, "text_encoder": "openai/clip-vit-base-patch16"}, "config-only"),
+        ({"dataset": "cub:/nowhere/CUB_200_2011", "text_source": "caption"}, "label supervision"),
     ],
 )
 def test_user_errors_say_what_to_change(tmp_path, overrides, message):
     with pytest.raises(UserError, match=message):
         hf_vrl.train("clue", output_dir=str(tmp_path / "run"), **overrides)
     assert not (tmp_path / "run").exists()
+
+
+def test_cub_captions_are_refused_for_the_text_term(tmp_path):
+    """CUB's caption column is a class-name template: as the text term's source it is the label itself. A
+    bare CUB folder is recognised too; with gamma = 0 (no text term) or a descriptions file it is accepted."""
+    root = tmp_path / "CUB_200_2011"
+    root.mkdir()
+    for name in ("images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt"):
+        (root / name).write_text("")
+    config = resolve(CLUERunConfig, load_preset("clue-r50"))
+    config.model.text_source = "caption"
+    for dataset in (f"cub:{root}", str(root)):
+        config.data.dataset = dataset
+        problems = config._text_problems()
+        assert len(problems) == 1 and "label supervision" in problems[0] and "describe" in problems[0]
+    for dataset in ("aircraft:/data/fgvc-aircraft-2013b", "cars:/data/stanford_cars"):
+        config.data.dataset = dataset
+        assert "label supervision" in config._text_problems()[0]
+    config.clue.gamma = 0.0
+    assert config._text_problems() == []
+    config.clue.gamma, config.model.text_source = 1.0, "data/cub200_descriptions.json"
+    assert config._text_problems() == []

@@ -12,6 +12,7 @@ from test_run_distributed import QUIET, ok, torchrun
 
 STEPS = ["--max-steps", "2", "--save-steps", "2", *QUIET]  # the failure comes at the second step
 CLUE = ["train", "clue", "--config", "clue-tiny", "--backbone-pretrain-steps", "0", "--train-limit", "32",
+        "--text-encoder-pretrain-steps", "2",
         "--batch-size", "4", *STEPS]  # fmt: skip
 DIVE = ["train", "dive", "--config", "dive-tiny", "--pretrain-steps", "0", "--train-limit", "64",
         "--reference-limit", "32", "--val-size", "0", "--batch-size", "4", *STEPS]  # fmt: skip

@@ -201,7 +201,8 @@ METHODS = {
               'dive.reference_dataset=["digits", "shapes"]', "--rsa-dataset", "shapes", "--val-size", "0",
               *QUIET], 2),
     "clue": (["train", "clue", "--train-limit", "32", "--batch-size", "4", "--max-steps", "2",
-              "--save-steps", "2", "--backbone-pretrain-steps", "2", *QUIET], 2),
+              "--save-steps", "2", "--backbone-pretrain-steps", "2", "--text-encoder-pretrain-steps", "2",
+              *QUIET], 2),
 }  # fmt: skip
 
 

@@ -120,7 +120,8 @@ METHODS = {
               'dive.reference_dataset=["digits", "shapes"]', "--rsa-dataset", "shapes", "--val-size", "0"],
              "train", ["final"]),
     "clue": (["train", "clue", "--train-limit", "32", "--batch-size", "4", "--max-steps", "2",
-              "--save-steps", "2", "--backbone-pretrain-steps", "2"], "train", ["final"]),
+              "--save-steps", "2", "--backbone-pretrain-steps", "2", "--text-encoder-pretrain-steps", "2"],
+             "train", ["final"]),
 }  # fmt: skip
 
 

@@ -92,6 +92,8 @@ DIVE = [
 CLUE = [
     "train",
     "clue",
+    "--text-encoder-pretrain-steps",
+    "2",
     "--train-limit",
     "48",
     "--batch-size",

@@ -1,6 +1,7 @@
 """One entry point for the CLI and the evaluation code: `load_dataset_by_name(name, split, ...)`.
 
-Names: "shapes", "fashion_mnist", "animal_mnist", "digits" (offline), "cub:<root>", "webdataset:<glob>"
+Names: "shapes", "fashion_mnist", "animal_mnist", "digits" (offline), "cub:<root>", "aircraft:<root>",
+"cars:<root>" (label hierarchies: `fine_grained.py`), "webdataset:<glob>"
 (also "parquet:<glob>", "csv:<glob>": image-path tables; these always stream and ignore `split`: point
 the glob at the split's files), "imagefolder:<dir>",
 "hf:<name or path>". A bare path is recognised: a CUB folder, a .tar/.parquet/.csv/.tsv file or glob, a
@@ -17,11 +18,11 @@ from typing import Any
 
 from datasets import Dataset, IterableDataset
 
-from . import cub, generic, offline, toy, webdataset
+from . import cub, fine_grained, generic, offline, toy, webdataset
 from .images import SampleFilter
 
 SHAPES_SPLIT_SIZES = {"train": 2000, "test": 500}
-PREFIXES = ("cub", "webdataset", "parquet", "csv", "imagefolder", "hf")
+PREFIXES = ("cub", "aircraft", "cars", "webdataset", "parquet", "csv", "imagefolder", "hf")
 
 
 def _shapes(split: str, *, limit: int | None = None, seed: int = 0, image_size: int | None = None, **kwargs):
@@ -105,6 +106,9 @@ def load_dataset_by_name(
         if streaming:
             raise ValueError("CUB loads map-style (11,788 local images, read lazily); drop streaming=True")
         return cub.load_cub(target, split, **common, **kwargs)
+    if prefix in ("aircraft", "cars"):
+        load = fine_grained.load_fgvc_aircraft if prefix == "aircraft" else fine_grained.load_stanford_cars
+        return load(target, split, limit=limit, seed=seed, **kwargs)
     if prefix in ("webdataset", "parquet", "csv"):
         return _stream(target, **common, **(stream_options or {}), **kwargs)
     if prefix == "imagefolder":
@@ -125,7 +129,7 @@ def check_dataset_name(name: str, what: str = "--dataset") -> None:
         prefix = prefix or _detect(target)
         if prefix in ("webdataset", "parquet", "csv"):
             webdataset.resolve_files(target)
-        elif prefix in ("cub", "imagefolder") and not Path(target).is_dir():
+        elif prefix in ("cub", "aircraft", "cars", "imagefolder") and not Path(target).is_dir():
             raise FileNotFoundError("no such folder")
         elif prefix == "hf" and target.startswith(("/", ".", "~")) and not Path(target).exists():
             raise FileNotFoundError("no such folder")

@@ -11,7 +11,10 @@ evaluate.py   linear probe, retrieval Rank-1/5, granularity metrics (CDNV, NCC),
 export.py     the trained backbone as a plain ResNetModel / ViTModel
 settings.py   CLUESettings = the model and clue sections of a run (CLUEModelFields, CLUEMethodFields)
 method.py     `hf-vrl train clue`: CLUERunConfig, CLUEMethod on the shared run design
-miniature.py  the ablation ladder (InfoNCE -> + soft -> + part -> + text) as clue-tiny runs; toy pretraining
+miniature.py  the ablation ladder (Table 2 rows, the shuffled-text control, Table 3's K) as runs; toy
+              pretraining of the backbone and the text encoder
+toy_describer.py  the miniature's label-blind descriptions (from pixels, with errors and omissions)
+paper.py      the paper's Table 2 and 3 numbers (examples/reproduce_clue.py prints them beside ours)
 The Hub-facing model (CLUEConfig, CLUEModel, the VLAD layer) lives in hf_vrl.models.clue; the objectives are
 public in hf_vrl.losses.
 """

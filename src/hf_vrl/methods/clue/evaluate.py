@@ -1,6 +1,6 @@
 """CLUE's evaluation (§5.1.2, §3.1, Fig. 6): linear probe top-1 and image retrieval Rank-1/5 on the fine
-labels, the granularity metrics (CDNV within each coarse class, NCC fine / coarse) and the part-cluster
-response maps.
+labels, the granularity metrics (CDNV within each coarse class, NCC fine / coarse; on the training split by
+default, as the paper's §3) and the part-cluster response maps.
 
 Features are the online backbone's global feature h (`CLUEModel.get_image_features`), embedded with
 `hf_vrl.evaluation.encode_images` (which moves the images to the model's device and dtype). Retrieval follows
@@ -61,13 +61,17 @@ def evaluate_clue(
     batch_size: int = 64,
     seed: int = 0,
     probe_cs: Sequence[float] = metrics.DEFAULT_CS,
+    granularity_split: str = "train",
 ) -> dict[str, Any]:
     """{"linear_probe": {"top1", "C"}, "retrieval": {"i2i_R@1", "i2i_R@5"}, "granularity": {...}, "skipped"}.
 
     `label_column` (default: `fine_label` when present, else `label`) is what the probe and retrieval
-    recognise; granularity needs both `fine_label` and the coarse `label`. The probe trains on
-    `train_dataset` (skipped without one).
+    recognise. Granularity (§3.1: CDNV within each coarse class, NCC fine / coarse) needs both `fine_label`
+    and the coarse `label` and measures `granularity_split`: "train" (the paper's §3: `train_dataset`) or
+    "test". The probe trains on `train_dataset`; what needs it is skipped without one.
     """
+    if granularity_split not in ("train", "test"):
+        raise ValueError(f"granularity_split must be 'train' or 'test', got {granularity_split!r}")
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         raise ValueError(f"unknown tasks {unknown}; choose from {TASKS}")
@@ -79,11 +83,14 @@ def evaluate_clue(
         test = encode_images(model, image_processor, test_dataset["image"], batch_size=batch_size)
         report: dict[str, Any] = {"n_test": len(test_dataset), "label_column": label_column, "skipped": {}}
         y = _labels(test_dataset, label_column)
+        needs_train = "linear_probe" in tasks or ("granularity" in tasks and granularity_split == "train")
+        train = None
+        if needs_train and train_dataset is not None:
+            train = encode_images(model, image_processor, train_dataset["image"], batch_size=batch_size)
         if "linear_probe" in tasks:
-            if train_dataset is None:
+            if train is None:
                 report["skipped"]["linear_probe"] = "no train_dataset given"
             else:
-                train = encode_images(model, image_processor, train_dataset["image"], batch_size=batch_size)
                 probe = metrics.linear_probe(
                     train, _labels(train_dataset, label_column), test, y, seed=seed, Cs=probe_cs
                 )
@@ -91,11 +98,15 @@ def evaluate_clue(
         if "retrieval" in tasks:
             report["retrieval"] = image_retrieval(test, y)
         if "granularity" in tasks:
-            if FINE in columns and COARSE in columns:
-                features = torch.nn.functional.normalize(test, dim=-1)
+            measured, rows = (train, train_dataset) if granularity_split == "train" else (test, test_dataset)
+            if measured is None:
+                report["skipped"]["granularity"] = "granularity_split 'train' needs train_dataset"
+            elif FINE in rows.column_names and COARSE in rows.column_names:
+                features = torch.nn.functional.normalize(measured, dim=-1)
                 report["granularity"] = metrics.granularity_scores(
-                    features, _labels(test_dataset, FINE), _labels(test_dataset, COARSE)
+                    features, _labels(rows, FINE), _labels(rows, COARSE)
                 )
+                report["granularity_split"] = granularity_split
             else:
                 report["skipped"]["granularity"] = "needs fine_label and label (coarse) columns"
     finally:

@@ -44,6 +44,13 @@ class CLUEModelConfig(CLUEModelFields):
         "separate shapes-world images for this many SGD steps, a stand-in for ImageNet weights",
         check=at_least(0),
     )
+    text_encoder_pretrain_steps: int = setting(
+        0,
+        "toy world only (dataset shapes, text_encoder a config-only folder such as tiny-clip): first train "
+        "that CLIP with the CLIP loss on separate shapes-world image-caption pairs for this many steps, a "
+        "stand-in for pretrained CLIP weights; its text tower then embeds the descriptions",
+        check=at_least(0),
+    )
 
 
 @dataclass
@@ -61,11 +68,14 @@ class CLUERunConfig(RunConfig):
     )
     clue: CLUEMethodFields = field(default_factory=CLUEMethodFields)
 
-    def settings(self, backbone: str | None = None) -> CLUESettings:
-        """Both sections as validated `CLUESettings`; `backbone` (a toy start) replaces the model's."""
+    def settings(self, backbone: str | None = None, text_encoder: str | None = None) -> CLUESettings:
+        """Both sections as validated `CLUESettings`; `backbone` and `text_encoder` (toy stand-ins for
+        pretrained weights) replace the model's."""
         model = {k: v for k, v in asdict(self.model).items() if k in _MODEL_FIELDS}
         if backbone is not None:
             model.update(backbone=backbone, backbone_config=None)
+        if text_encoder is not None:
+            model.update(text_encoder=text_encoder)
         return CLUESettings(**model, **asdict(self.clue))
 
     def validate(self) -> list[str]:
@@ -79,6 +89,33 @@ class CLUERunConfig(RunConfig):
         ):
             problems.append(
                 "model.backbone_pretrain_steps needs the toy world: dataset shapes and a backbone_config"
+            )
+        return problems + self._text_problems()
+
+    def _text_problems(self) -> list[str]:
+        """Description sources that cannot work, or that would turn the text term into label supervision."""
+        from hf_vrl.methods.clue.toy_describer import SOURCES
+        from hf_vrl.presets import HUB_CONFIGS
+
+        model, dataset, problems = self.model, self.data.dataset, []
+        labelled = _class_name_captions(dataset)
+        if self.clue.gamma and model.text_source == "caption" and labelled:
+            problems.append(
+                f"model.text_source caption on {labelled}: its captions are class-name templates, so the "
+                "text term would be label supervision; use VLM descriptions (python -m "
+                "hf_vrl.methods.clue.describe --dataset <data> --output descriptions.json, then "
+                "--text-source descriptions.json)"
+            )
+        if model.text_source in SOURCES and dataset != "shapes":
+            problems.append(
+                f"model.text_source {model.text_source} describes the toy world only: dataset shapes"
+            )
+        if model.text_encoder_pretrain_steps and (
+            dataset != "shapes" or not (HUB_CONFIGS / model.text_encoder).is_dir()
+        ):
+            problems.append(
+                "model.text_encoder_pretrain_steps needs the toy world: dataset shapes and a config-only "
+                "text_encoder such as tiny-clip"
             )
         return problems
 
@@ -101,6 +138,24 @@ class CLUERunConfig(RunConfig):
 _MODEL_FIELDS = set(CLUEModelFields.__dataclass_fields__)
 
 
+def _class_name_captions(dataset: str | None) -> str | None:
+    """The name of a fine-grained set whose caption column is a class-name template (the label itself):
+    CUB-200 ("cub:<root>" or a bare path to its folder), FGVC-Aircraft, Stanford Cars; else None."""
+    from hf_vrl.data.cub import find_cub_root
+
+    if not dataset:
+        return None
+    prefix = dataset.split(":", 1)[0]
+    named = {"cub": "CUB-200", "aircraft": "FGVC-Aircraft", "cars": "Stanford Cars"}
+    if prefix in named:
+        return named[prefix]
+    try:
+        find_cub_root(Path(dataset).expanduser())
+    except (FileNotFoundError, OSError):
+        return None
+    return named["cub"]
+
+
 class CLUEMethod(Method):
     name = "clue"
     config_class = CLUERunConfig
@@ -110,10 +165,12 @@ class CLUEMethod(Method):
         import hf_vrl.models  # noqa: F401  (registers CLUE with the Auto classes for load_final)
         from hf_vrl.methods.clue.model import build_image_processor
 
-        self.settings = self.config.settings(self._pretrained_backbone())
+        self.settings = self.config.settings(self._pretrained_backbone(), self._pretrained_text_encoder())
         source = self.config.model.image_processor
         self.image_processor = build_image_processor(self.settings, source)
         self.train_dataset = self.run.train_data(image_size=self.settings.image_size)
+        if self.settings.uses_text:
+            self.train_dataset = self._described(self.train_dataset)
         self.text_bank = self._text_bank() if self.settings.uses_text else None
         self._eval: Any = None
 
@@ -139,6 +196,36 @@ class CLUEMethod(Method):
                 backbone.save_pretrained(out)
         PartialState().wait_for_everyone()
         return str(folder)
+
+    def _pretrained_text_encoder(self) -> str | None:
+        """The toy stand-in for pretrained CLIP, trained once into <run>/inputs/text_encoder (or None)."""
+        from accelerate import PartialState
+
+        from hf_vrl.methods.clue.miniature import pretrain_text_encoder
+        from hf_vrl.run.layout import atomic_dir
+
+        steps = self.config.model.text_encoder_pretrain_steps
+        if not steps or not self.config.clue.gamma:
+            return None
+        folder = self.run.dir.inputs / "text_encoder"
+        if self.run.is_main and not folder.is_dir():
+            with atomic_dir(folder) as out:
+                pretrain_text_encoder(self.config.model.text_encoder, out, steps, seed=self.config.seed)
+        PartialState().wait_for_everyone()
+        return str(folder)
+
+    def _described(self, train_dataset: Any) -> Any:
+        """The training rows with the toy describer's descriptions as the column `text_source` (when the
+        source is one of `toy_describer.SOURCES`; other sources leave the rows as they are)."""
+        from hf_vrl.methods.clue.toy_describer import SOURCES, describe_images
+        from hf_vrl.run.data import SeededDataset
+
+        source = self.settings.text_source
+        if source not in SOURCES:
+            return train_dataset
+        rows = train_dataset.dataset
+        texts = describe_images(rows["image"], self.config.seed, shuffled=SOURCES[source])
+        return SeededDataset(rows.add_column(source, texts), self.config.seed)
 
     def _text_bank(self) -> Any:
         """Description embeddings of the training rows, cached in <run>/inputs/ (the main process first)."""
@@ -222,7 +309,8 @@ class CLUEMethod(Method):
         return AutoModel.from_pretrained(folder)
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
-        """linear_probe.top1, retrieval.i2i_R@1 / i2i_R@5 and granularity.* (CLUE §5.1.2, §3.1)."""
+        """linear_probe.top1, retrieval.i2i_R@1 / i2i_R@5 and granularity.* (CLUE §5.1.2, §3.1; granularity on
+        clue.granularity_split, the training rows by default)."""
         from hf_vrl import metrics
         from hf_vrl.methods.clue.evaluate import TASKS, evaluate_clue
 
@@ -239,6 +327,7 @@ class CLUEMethod(Method):
             label_column=self.settings.eval_label_column,
             seed=self.config.seed,
             probe_cs=tuple(self.settings.probe_cs or metrics.DEFAULT_CS),
+            granularity_split=self.settings.granularity_split,
         )
 
     def _eval_data(self) -> Any:

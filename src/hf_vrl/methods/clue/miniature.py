@@ -1,14 +1,22 @@
-"""CLUE's ablation ladder (Table 2) in miniature: InfoNCE -> + global soft (Sinkhorn targets) -> + part (VLAD
-term) -> + text (description term), each rung a run of `hf_vrl.train("clue", config="clue-tiny", ...)` from
-the same start on the same data and seed, evaluated on the fine classes (colour + shape: linear probe top-1,
-image retrieval Rank-1/5) and with the granularity metrics (CDNV within each shape, NCC fine / coarse).
+"""CLUE's ablation ladder (Table 2) and K sweep (Table 3) in miniature: InfoNCE (#1) -> text only (#2) ->
++ global soft (#3, Sinkhorn targets) -> + part (#4, VLAD term) -> + text (#5, description term), plus a
+control rung with the descriptions shuffled across images; each rung a run of
+`hf_vrl.train("clue", config="clue-tiny", ...)` from the same start (one pretrained backbone and text encoder
+per seed, built by the first rung that needs them and reused by the others) on the same data and seed,
+evaluated on the fine classes (colour + shape: linear probe top-1, image retrieval Rank-1/5) and with the
+granularity metrics (CDNV within each shape, NCC fine / coarse; on the training split, as §3).
 
-The paper starts from supervised ImageNet weights and VLM descriptions. Offline, `clue-tiny` first trains its
-tiny ResNet to name the shape (the coarse label) of separately generated images, a stand-in for ImageNet
-weights (`pretrain_backbone`; colour, half of the fine label, is never supervised), and the scene captions
-("two small rotated red triangles at the top left") serve as the descriptions, embedded by a fixed random
-tiny-clip text tower. The numbers say how the pieces behave at this scale, not what they do on CUB-200.
-`hf-vrl demo --runs clue` runs the InfoNCE and full rungs; `run_ladder` runs any rungs over several seeds.
+The paper starts from supervised ImageNet weights, VLM descriptions and a pretrained CLIP text encoder.
+Offline, `clue-tiny` first trains its tiny ResNet to name the shape (the coarse label) of separately
+generated images, a stand-in for ImageNet weights (`pretrain_backbone`; colour, half of the fine label, is
+never supervised), trains tiny-clip with the CLIP loss on separate image-caption pairs, a stand-in for
+pretrained CLIP (`pretrain_text_encoder`), and describes every training image with a label-blind describer
+that reads only pixels and errs (`toy_describer`: dominant colour, sometimes wrong or missing, and where the
+foreground lies; never the shape). The shuffled control keeps the same texts and text head but pairs them with
+other images, so what "+ text" gains over it is the descriptions' information, not the added capacity. The
+numbers say how the pieces behave at this scale, not what they do on CUB-200.
+`hf-vrl demo --runs clue` runs the InfoNCE and full rungs; `run_ladder` runs any rungs over several seeds (the
+same rungs run on real data through `examples/reproduce_clue.py`).
 """
 
 from __future__ import annotations
@@ -21,15 +29,31 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LADDER", "format_ladder", "pretrain_backbone", "run_ladder", "train_rung"]
+__all__ = [
+    "K_SWEEP",
+    "LADDER",
+    "RUNGS",
+    "SHUFFLED",
+    "format_ladder",
+    "pretrain_backbone",
+    "pretrain_text_encoder",
+    "run_ladder",
+    "train_rung",
+]
 
-# (rung, the clue settings that differ from the full objective)
+# (rung, the settings that differ from the full objective); the numbers are CLUE Table 2's row ids
 LADDER: dict[str, dict[str, Any]] = {
-    "InfoNCE": {"targets": "identity", "beta": 0.0, "gamma": 0.0},
-    "+ global soft": {"targets": "sinkhorn", "beta": 0.0, "gamma": 0.0},
-    "+ part": {"targets": "sinkhorn", "beta": 1.0, "gamma": 0.0},
-    "+ text": {"targets": "sinkhorn", "beta": 1.0, "gamma": 1.0},
+    "InfoNCE": {"targets": "identity", "beta": 0.0, "gamma": 0.0},  # #1
+    "text only": {"alpha": 0.0, "beta": 0.0, "gamma": 1.0},  # #2
+    "+ global soft": {"targets": "sinkhorn", "beta": 0.0, "gamma": 0.0},  # #3
+    "+ part": {"targets": "sinkhorn", "beta": 1.0, "gamma": 0.0},  # #4
+    "+ text": {"targets": "sinkhorn", "beta": 1.0, "gamma": 1.0},  # #5, the full objective
 }
+# the control of the miniature: #5 with every description moved to another image (toy_describer)
+SHUFFLED = {"+ shuffled text": {**LADDER["+ text"], "text_source": "pixel_describer_shuffled"}}
+# Table 3: the number of part centroids K with the global and part terms (#4's objective)
+K_SWEEP = {f"K = {k}": {**LADDER["+ part"], "num_parts": k} for k in (2, 3, 4, 8)}
+RUNGS = {**LADDER, **SHUFFLED, **K_SWEEP}
 # (report path, column title) of the table
 COLUMNS = (
     (("linear_probe", "top1"), "probe top-1"),
@@ -79,35 +103,77 @@ def pretrain_backbone(
     return classifier.resnet.eval()
 
 
-def train_rung(name: str, output_dir: str | Path, **overrides: Any) -> dict[str, Any]:
-    """One rung as a `clue-tiny` run into `output_dir` (resumed when interrupted); returns its report."""
+def pretrain_text_encoder(
+    config: str,
+    out_dir: str | Path,
+    steps: int,
+    *,
+    seed: int = 0,
+    size: int = 2000,
+    batch_size: int = 64,
+) -> Path:
+    """The toy stand-in for a pretrained CLIP: the config-only CLIP `config` (a hub_configs name such as
+    `tiny-clip`, or a folder with config, processor and tokenizer) trained with the CLIP loss for `steps`
+    steps on `size` image-caption pairs of a separate stream of the shapes world (split "pretrain", never
+    the training images; `hf_vrl.methods.dcr.toy.pretrain_clip`), saved to `out_dir`. Only its text tower is
+    used: it embeds the descriptions, as CLIP's does in the paper."""
+    from hf_vrl.data.toy import shapes_dataset
+    from hf_vrl.methods.dcr.toy import pretrain_clip
+    from hf_vrl.presets import HUB_CONFIGS
+
+    folder = HUB_CONFIGS / config if (HUB_CONFIGS / config).is_dir() else Path(config)
+    data = shapes_dataset(size, seed=seed, split="pretrain").select_columns(["image", "caption"])
+    return pretrain_clip(folder, data, out_dir, steps, batch_size=batch_size, seed=seed)
+
+
+def train_rung(
+    name: str, output_dir: str | Path, *, config: str = "clue-tiny", **overrides: Any
+) -> dict[str, Any]:
+    """One rung of `RUNGS` as a run of preset `config` into `output_dir` (resumed when interrupted); returns
+    its report. `overrides` are any `hf_vrl.train` settings (they win over the rung's)."""
     import hf_vrl
 
-    settings = {**LADDER[name], **overrides}
-    return hf_vrl.train("clue", config="clue-tiny", output_dir=str(output_dir), resume="auto", **settings)
+    settings = {**RUNGS[name], **overrides}
+    return hf_vrl.train("clue", config=config, output_dir=str(output_dir), resume="auto", **settings)
 
 
 def _slug(name: str) -> str:
-    return name.strip("+ ").replace(" ", "_")
+    return name.strip("+ ").replace(" = ", "").replace(" ", "_")
+
+
+def _shared_start(inputs: Path) -> dict[str, Any]:
+    """The toy stand-ins a run built in `inputs/`, as settings that make the next rungs start from them."""
+    start: dict[str, Any] = {}
+    if (inputs / "backbone").is_dir():
+        start |= {"backbone": str(inputs / "backbone"), "backbone_config": None, "backbone_pretrain_steps": 0}
+    if (inputs / "text_encoder").is_dir():
+        start |= {"text_encoder": str(inputs / "text_encoder"), "text_encoder_pretrain_steps": 0}
+    return start
 
 
 def run_ladder(
     seeds: Sequence[int] = (0, 1, 2),
     output_dir: str | Path = "runs/clue-ladder",
     rungs: Sequence[str] | None = None,
+    *,
+    config: str = "clue-tiny",
     **overrides: Any,
 ) -> dict[str, Any]:
-    """Every rung (default: all) for every seed into `<output_dir>/seed<s>/<rung>/`; returns (and writes to
-    `<output_dir>/clue_ladder.json`) {"seeds", "rungs": {rung: {"seeds": [after, ...], "mean", "std"}},
-    "start": {...}, "seconds"}, where "start" is the evaluation before training (the common start)."""
+    """Every rung (default: `LADDER` and the shuffled control) for every seed into
+    `<output_dir>/seed<s>/<rung>/`, each seed's rungs from one start (the first rung's pretrained stand-ins);
+    returns (and writes to `<output_dir>/clue_ladder.json`) {"seeds", "rungs": {rung: {"seeds": [after,
+    ...], "mean", "std"}}, "start": {...}, "seconds"}, where "start" is the evaluation before training."""
     out = Path(output_dir)
     started = time.perf_counter()
-    chosen = list(rungs or LADDER)
+    chosen = list(rungs or {**LADDER, **SHUFFLED})
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in ["start", *chosen]}
     for seed in seeds:
+        start: dict[str, Any] = {}
         for name in chosen:
-            report = train_rung(name, out / f"seed{seed}" / _slug(name), seed=seed, **overrides)
+            folder = out / f"seed{seed}" / _slug(name)
+            report = train_rung(name, folder, config=config, **{**overrides, "seed": seed, **start})
             results[name].append(report["after"])
+            start = _shared_start(folder / "inputs") | start
         results["start"].append(report["before"])
     summary = {name: {"seeds": reports, **_summary(reports)} for name, reports in results.items()}
     report = {
@@ -122,7 +188,8 @@ def run_ladder(
 
 
 def _value(report: dict[str, Any], path: tuple[str, str]) -> float:
-    return float(report[path[0]][path[1]])
+    """A metric of a report; NaN where the evaluation skipped it (granularity without coarse labels)."""
+    return float(report.get(path[0], {}).get(path[1], float("nan")))
 
 
 def _summary(reports: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

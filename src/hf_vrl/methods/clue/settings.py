@@ -14,6 +14,7 @@ from hf_vrl.run.config import setting
 
 TARGETS = ("sinkhorn", "identity")
 MOMENTUM_SCHEDULES = ("constant", "cosine")
+GRANULARITY_SPLITS = ("train", "test")
 BACKBONES = ("resnet", "vit")
 _VIEW_SIZE = "size"  # CLUEViews.size comes from image_size, never from `augment`
 
@@ -41,8 +42,10 @@ class CLUEModelFields:
         default="openai/clip-vit-base-patch16",
     )
     text_source: str = _help(
-        "Where each image's description comes from: a dataset column (description, caption, ...) or a .json "
-        "file {image id: description} written by hf_vrl.methods.clue.describe.",
+        "Where each image's description comes from: a dataset column, a .json file {image id: description} "
+        "written by hf_vrl.methods.clue.describe, or in the toy world pixel_describer / "
+        "pixel_describer_shuffled (methods/clue/toy_describer.py). The caption column of CUB-200, "
+        "FGVC-Aircraft and Stanford Cars is a class-name template (the label) and is refused.",
         default="description",
     )
     text_id_column: str = _help(
@@ -55,7 +58,11 @@ class CLUEMethodFields:
     """CLUE's own hyperparameters (the run's `clue` section); defaults are the paper's values (ReSA's where
     CLUE builds on it unchanged)."""
 
-    image_size: int = _help("Side of the training crops in pixels (paper: 224).", default=224)
+    image_size: int = _help(
+        "Side of the training crops in pixels (the paper does not state it; 224 is ReSA's and the usual "
+        "ImageNet crop of a ResNet-50).",
+        default=224,
+    )
     projection_hidden_dim: int = _help("Hidden width of the 3-layer projector (ReSA: 2048).", default=2048)
     projection_dim: int = _help("Output width of projector and predictor (ReSA: 512).", default=512)
     predictor_hidden_dim: int = _help("Hidden width of the 2-layer predictor (ReSA: 2048).", default=2048)
@@ -63,6 +70,11 @@ class CLUEMethodFields:
         "K, the learnable part centroids of the VLAD part extractor (paper: 3); with beta = 0 no part "
         "extractor is built.",
         default=3,
+    )
+    vlad_normalize_features: bool = _help(
+        "L2-normalise each local descriptor f_u before the soft assignment and the residuals f_u - c_k, as "
+        "NetVLAD's code does; the paper's p_k = sum_u alpha_uk (f_u - c_k) (§4.2) uses f_u as it is (false).",
+        default=False,
     )
     part_intra_normalization: bool = _help(
         "L2-normalise each part descriptor before concatenation (NetVLAD); the paper's Eq. 6 does not.",
@@ -76,7 +88,10 @@ class CLUEMethodFields:
     alpha: float = _help("Weight of L_global in Eq. 8 (0 switches the term off).", default=1.0)
     beta: float = _help("Weight of L_local, the part-level term, in Eq. 8 (0 switches it off).", default=1.0)
     gamma: float = _help(
-        "Weight of L_text, the VLM-description term, in Eq. 8 (0 switches it off).", default=1.0
+        "Weight of L_text, the VLM-description term, in Eq. 8 (0 switches it off). The image embedding v_i "
+        "of Eq. 7 is a linear head on the backbone feature h (the paper does not say how v_i is formed), "
+        "and L_text is Eq. 7 averaged over the two views.",
+        default=1.0,
     )
     temperature: float = _help("tau of the global soft-InfoNCE (ReSA: 0.4).", default=0.4)
     part_temperature: float = _help(
@@ -103,6 +118,12 @@ class CLUEMethodFields:
     augment: dict = _help(
         "Overrides of the weak/strong view parameters (CLUEViews fields: crop_scale, blur_prob, ...).",
         default_factory=dict,
+    )
+    granularity_split: str = _help(
+        "Split whose features the granularity metrics (CDNV, NCC fine / coarse) measure: 'train' (paper §3: "
+        "'all reported results are computed on the training set') or 'test'.",
+        default="train",
+        identity=False,
     )
     eval_label_column: str | None = _help(
         "Label column of the linear probe and retrieval (default: fine_label where present, else label).",
@@ -132,7 +153,12 @@ class CLUESettings(CLUEMethodFields, CLUEModelFields):
         self.views()  # validates `augment`
 
     def _check_choices(self) -> None:
-        for name, choices in (("targets", TARGETS), ("momentum_schedule", MOMENTUM_SCHEDULES)):
+        choices_of = (
+            ("targets", TARGETS),
+            ("momentum_schedule", MOMENTUM_SCHEDULES),
+            ("granularity_split", GRANULARITY_SPLITS),
+        )
+        for name, choices in choices_of:
             if getattr(self, name) not in choices:
                 raise UserError(f"clue.{name} must be one of {choices}, got {getattr(self, name)!r}")
 
@@ -198,5 +224,6 @@ class CLUESettings(CLUEMethodFields, CLUEModelFields):
             "projection_dim": self.projection_dim,
             "predictor_hidden_dim": self.predictor_hidden_dim,
             "num_parts": self.num_parts if self.beta > 0 else 0,  # only L_local reads the parts
+            "part_normalize_descriptors": self.vlad_normalize_features,
             "part_intra_normalization": self.part_intra_normalization,
         }
