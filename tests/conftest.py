@@ -34,6 +34,17 @@ def device(request):
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
+@pytest.fixture(autouse=True)
+def _pil_truncation_setting():
+    """PIL's process-wide LOAD_TRUNCATED_IMAGES as each test found it: lmms-eval's task modules set it at
+    import, and the tests of cut files must not depend on which tests a worker ran before."""
+    from PIL import ImageFile
+
+    setting = ImageFile.LOAD_TRUNCATED_IMAGES
+    yield
+    ImageFile.LOAD_TRUNCATED_IMAGES = setting
+
+
 def pytest_collection_modifyitems(config, items):
     gates = {
         "slow": (os.environ.get("RUN_SLOW") == "1", "slow: set RUN_SLOW=1"),

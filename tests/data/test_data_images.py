@@ -3,7 +3,7 @@ import warnings
 import numpy as np
 import pytest
 from data_fixtures import CORRUPT, encode, good_images, noise, tiny_png, truncated_jpeg
-from PIL import Image
+from PIL import Image, ImageFile
 
 from hf_vrl.data.images import (
     DecodeTransform,
@@ -63,6 +63,15 @@ def test_bad_images_raise_a_typed_error(data, kind):
     with pytest.raises(ImageDecodeError) as info:
         decode_image(data)
     assert info.value.kind == kind
+
+
+def test_a_cut_file_is_truncated_whatever_the_process_set(monkeypatch):
+    """lmms-eval sets PIL's LOAD_TRUNCATED_IMAGES at import; a cut file is still skipped, and the process
+    keeps its setting."""
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    with pytest.raises(ImageDecodeError) as info:
+        decode_image(truncated_jpeg())
+    assert info.value.kind == "truncated_image" and ImageFile.LOAD_TRUNCATED_IMAGES is True
 
 
 def test_missing_file_and_tiny_image():

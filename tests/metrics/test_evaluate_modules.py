@@ -9,6 +9,7 @@ import ast
 import configparser
 import doctest
 import fnmatch
+import importlib
 import json
 import os
 import re
@@ -34,6 +35,12 @@ def load(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(evaluate.config, "HF_MODULES_CACHE", root / "modules")
         patch.setattr(sys, "path", list(sys.path))  # evaluate appends its module cache to sys.path
+        # evaluate imports modules as `evaluate_modules.metrics.<name>.<hash>` from the cache's package; one
+        # imported from an earlier cache (this fixture set up again when xdist interleaves modules) would
+        # shadow this one's
+        for name in [m for m in sys.modules if m.split(".")[0] == "evaluate_modules"]:
+            patch.delitem(sys.modules, name)
+        importlib.invalidate_caches()
         yield lambda name: metrics.evaluate_module(name, cache_dir=str(root / "results"))
 
 

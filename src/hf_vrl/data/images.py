@@ -4,7 +4,8 @@ Conversion rules (`to_rgb`): alpha (RGBA, LA, PA, palette with transparency) is 
 the other colour modes go through PIL's converters, 1-bit and 8-bit greyscale are replicated to three
 channels, 16-bit / 32-bit integer greyscale is scaled to 8 bits (`I;16*` by 1/257; `I` the same when its
 values fit 16 bits, else min-max), float greyscale (`F`) is read as [0, 1] when its maximum is <= 1.
-EXIF orientation is applied. Truncated and corrupt files raise `ImageDecodeError` with a `kind`.
+EXIF orientation is applied. Truncated and corrupt files raise `ImageDecodeError` with a `kind`, whatever
+`PIL.ImageFile.LOAD_TRUNCATED_IMAGES` the process set.
 
 Tiny images: images whose shorter side is below `min_side` (default 8 px) are *rejected* (kind
 "too_small"), not upscaled: in web crawls they are spacer pixels, icons and thumbnails whose content
@@ -14,17 +15,18 @@ model's image processor to resize.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import warnings
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageFile, ImageOps
 
 DEFAULT_MIN_SIDE = 8
 WHITE = (255, 255, 255)
@@ -124,6 +126,18 @@ def to_rgb(image: Image.Image, background: tuple[int, int, int] = WHITE) -> Imag
         raise ImageDecodeError(UNSUPPORTED_MODE, f"cannot convert mode {mode} to RGB: {error}") from error
 
 
+@contextlib.contextmanager
+def _truncation_is_an_error() -> Iterator[None]:
+    """PIL's default, whatever the process set: libraries set `ImageFile.LOAD_TRUNCATED_IMAGES` globally
+    (lmms-eval does at import), which would decode a cut file padded with grey instead of skipping it."""
+    previous = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        yield
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = previous
+
+
 def decode_image(source: Any, *, min_side: int = 1, draft_size: int | None = None) -> Image.Image:
     """Decode bytes, a path, a `{"bytes", "path"}` dict or a PIL image into a fully loaded RGB PIL image.
 
@@ -140,7 +154,8 @@ def decode_image(source: Any, *, min_side: int = 1, draft_size: int | None = Non
     try:
         if draft_size and image.format == "JPEG" and image is not source:
             image.draft(None, (draft_size, draft_size))
-        image.load()
+        with _truncation_is_an_error():
+            image.load()
     except errors as error:
         raise ImageDecodeError(_error_kind(error), f"cannot decode image: {error}") from error
     image = _apply_exif_orientation(image)
