@@ -1,5 +1,5 @@
 """`hf-vrl train clue` on the shared run design: a tiny run end to end (layout, report, final/, the backbone
-export, Fig. 6), the momentum branch in final/, and user errors."""
+export, Fig. 6, Fig. 9), the momentum branch in final/, and user errors."""
 
 import json
 
@@ -49,6 +49,9 @@ def test_the_common_layout_and_report(run):
     assert report["after"]["granularity_split"] == "train"  # the paper's §3: measured on the training set
     with Image.open(out / "figures" / "part_maps.png") as figure:  # 2 rows x (image + 3 clusters)
         assert 1.5 < figure.size[0] / figure.size[1] < 2.5
+    assert report["outputs"]["gradcam"] == str(out / "figures" / "gradcam.png")
+    with Image.open(out / "figures" / "gradcam.png") as figure:  # Fig. 9: 2 rows x (image, start, CLUE)
+        assert 1.0 < figure.size[0] / figure.size[1] < 2.0
 
 
 def test_final_loads_with_remote_code_and_reproduces_the_evaluation(run):

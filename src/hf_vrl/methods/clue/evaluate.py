@@ -23,7 +23,16 @@ from hf_vrl.devices import module_device, module_dtype
 from hf_vrl.evaluation import encode_images
 from hf_vrl.metrics._common import as_labels, as_matrix, l2_normalize
 
-__all__ = ["TASKS", "evaluate_clue", "image_retrieval", "part_maps", "plot_part_maps"]
+__all__ = [
+    "TASKS",
+    "display_images",
+    "evaluate_clue",
+    "eval_label_column",
+    "image_retrieval",
+    "part_maps",
+    "pixels_of",
+    "plot_part_maps",
+]
 
 TASKS = ("linear_probe", "retrieval", "granularity")
 FINE, COARSE = "fine_label", "label"
@@ -48,6 +57,12 @@ def _labels(dataset: Any, column: str) -> np.ndarray:
     if column not in dataset.column_names:
         raise ValueError(f"the evaluation data has no {column!r} column")
     return np.asarray(dataset[column], dtype=np.int64)
+
+
+def eval_label_column(dataset: Any, label_column: str | None = None) -> str:
+    """The label the probe and retrieval recognise: `label_column`, else `fine_label` where present, else
+    `label`."""
+    return label_column or (FINE if FINE in dataset.column_names else COARSE)
 
 
 def evaluate_clue(
@@ -75,8 +90,7 @@ def evaluate_clue(
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         raise ValueError(f"unknown tasks {unknown}; choose from {TASKS}")
-    columns = test_dataset.column_names
-    label_column = label_column or (FINE if FINE in columns else COARSE)
+    label_column = eval_label_column(test_dataset, label_column)
     was_training = model.training
     model.eval()
     try:
@@ -114,14 +128,22 @@ def evaluate_clue(
     return report
 
 
-def _pixels(image_processor: Any, images: Sequence[Any]) -> torch.Tensor:
+def pixels_of(image_processor: Any, images: Sequence[Any]) -> torch.Tensor:
+    """PIL images as the model sees them: `[N, 3, H, W]` pixel values from `image_processor`."""
     return image_processor(images=[im.convert("RGB") for im in images], return_tensors="pt")["pixel_values"]
+
+
+def display_images(image_processor: Any, pixels: torch.Tensor) -> np.ndarray:
+    """`pixels_of`'s output de-normalised for display: `[N, H, W, 3]` in [0, 1]."""
+    mean = torch.tensor(image_processor.image_mean).view(1, 3, 1, 1)
+    std = torch.tensor(image_processor.image_std).view(1, 3, 1, 1)
+    return (pixels.float() * std + mean).clamp(0, 1).permute(0, 2, 3, 1).numpy()
 
 
 @torch.inference_mode()
 def part_maps(model: torch.nn.Module, image_processor: Any, images: Sequence[Any]) -> torch.Tensor:
     """The soft assignment of every feature-grid location to every part centroid, `[N, K, h, w]` (Fig. 6)."""
-    pixels = _pixels(image_processor, images).to(module_device(model), module_dtype(model))
+    pixels = pixels_of(image_processor, images).to(module_device(model), module_dtype(model))
     was_training = model.training
     model.eval()
     try:
@@ -138,10 +160,8 @@ def plot_part_maps(
     from hf_vrl.viz import new_figure, save_figure
 
     maps = part_maps(model, image_processor, images)
-    pixels = _pixels(image_processor, images)  # what the model saw, de-normalised for display
-    mean = torch.tensor(image_processor.image_mean).view(1, 3, 1, 1)
-    std = torch.tensor(image_processor.image_std).view(1, 3, 1, 1)
-    shown_all = (pixels * std + mean).clamp(0, 1).permute(0, 2, 3, 1).numpy()
+    pixels = pixels_of(image_processor, images)
+    shown_all = display_images(image_processor, pixels)  # what the model saw
     upsampled = torch.nn.functional.interpolate(
         maps, size=pixels.shape[-2:], mode="bilinear", align_corners=False
     )

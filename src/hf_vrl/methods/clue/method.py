@@ -57,7 +57,7 @@ class CLUEModelConfig(CLUEModelFields):
 class CLUERunConfig(RunConfig):
     """Train a ResNet/ViT with CLUE's Eq. 8 (global soft-InfoNCE, part term, text term); evaluate linear
     probe, retrieval Rank-1/5 and the granularity metrics before and after; save the CLUE model (AutoModel
-    with trust_remote_code=True), export the backbone as a stock ResNetModel/ViTModel, draw Fig. 6."""
+    with trust_remote_code=True), export the backbone as a stock ResNetModel/ViTModel, draw Figs. 6 and 9."""
 
     method: ClassVar[str] = "clue"
     preset: ClassVar[str] = "clue-tiny"
@@ -336,7 +336,8 @@ class CLUEMethod(Method):
         return self._eval
 
     def finish(self, model: nn.Module) -> dict[str, str]:
-        """exports/backbone (a stock ResNetModel / ViTModel) and figures/part_maps.png (Fig. 6)."""
+        """exports/backbone (a stock ResNetModel / ViTModel), figures/part_maps.png (Fig. 6) and
+        figures/gradcam.png (Fig. 9)."""
         from hf_vrl.methods.clue.evaluate import plot_part_maps
         from hf_vrl.methods.clue.export import export_backbone
 
@@ -348,4 +349,30 @@ class CLUEMethod(Method):
             path = self.run.dir.figures / "part_maps.png"
             plot_part_maps(model, self.image_processor, test["image"][:count], path)
             outputs["part_maps"] = str(path)
+        if test is not None and count:
+            outputs["gradcam"] = str(self._plot_grad_cam(model, test, count))
         return outputs
+
+    def _plot_grad_cam(self, model: nn.Module, test: Any, count: int) -> Path:
+        """Fig. 9 on the first `count` test images: Grad-CAM of the start (the model before training) and of
+        the trained model, each image scored against its class prototype over the test images of the shown
+        classes (`figures.grad_cam`)."""
+        from hf_vrl.methods.clue.evaluate import eval_label_column
+        from hf_vrl.methods.clue.figures import plot_grad_cam
+
+        column = eval_label_column(test, self.settings.eval_label_column)
+        labels = list(test[column])
+        shown = set(labels[:count])
+        reference = test.select([i for i, label in enumerate(labels) if label in shown])
+        models = {"start": self.initial_model().to(self.run.device), "CLUE": model}
+        path = self.run.dir.figures / "gradcam.png"
+        plot_grad_cam(
+            models,
+            self.image_processor,
+            test["image"][:count],
+            labels[:count],
+            reference["image"],
+            reference[column],
+            path,
+        )
+        return path

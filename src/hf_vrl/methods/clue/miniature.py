@@ -162,7 +162,9 @@ def run_ladder(
     """Every rung (default: `LADDER` and the shuffled control) for every seed into
     `<output_dir>/seed<s>/<rung>/`, each seed's rungs from one start (the first rung's pretrained stand-ins);
     returns (and writes to `<output_dir>/clue_ladder.json`) {"seeds", "rungs": {rung: {"seeds": [after,
-    ...], "mean", "std"}}, "start": {...}, "seconds"}, where "start" is the evaluation before training."""
+    ...], "mean", "std"}}, "start": {...}, "seconds"}, where "start" is the evaluation before training. With
+    granularity metrics (data with coarse labels) it draws them per rung into
+    `<output_dir>/figures/granularity.png` (Fig. 5, `figures.plot_granularity`)."""
     out = Path(output_dir)
     started = time.perf_counter()
     chosen = list(rungs or {**LADDER, **SHUFFLED})
@@ -184,6 +186,10 @@ def run_ladder(
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "clue_ladder.json").write_text(json.dumps(report, indent=2) + "\n")
+    if any(np.isfinite(entry["mean"]["NCC fine"]) for entry in report["rungs"].values()):
+        from hf_vrl.methods.clue.figures import plot_granularity
+
+        plot_granularity(report, out / "figures" / "granularity.png")  # Fig. 5 (needs coarse labels)
     return report
 
 

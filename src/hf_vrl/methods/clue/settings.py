@@ -131,7 +131,9 @@ class CLUEMethodFields:
         identity=False,
     )
     part_map_images: int = _help(
-        "Test images shown in the part-cluster response maps (Fig. 6).", default=4, identity=False
+        "Test images shown in the part-cluster response maps (Fig. 6) and the Grad-CAM maps (Fig. 9).",
+        default=4,
+        identity=False,
     )
     probe_cs: list[float] | None = _help(
         "Inverse L2 strengths C the linear probe chooses from on a held-out part of the train split "
