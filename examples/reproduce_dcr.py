@@ -56,6 +56,7 @@ from hf_vrl.methods.dcr.paper import (
 )
 from hf_vrl.paper_eval import (
     add_llava_arguments,
+    add_model_and_data_arguments,
     check_sources,
     llava_table_command,
     load_benchmark,
@@ -173,19 +174,8 @@ def _parser() -> argparse.ArgumentParser:
         help="1 (MMVP-VLM), 2 (zero-shot clustering), 3 (LLaVA-1.5 on MLLM benchmarks, lmms-eval) or 6 "
         "(zero-shot classification and retrieval)",
     )
-    parser.add_argument(
-        "--model",
-        action="append",
-        required=True,
-        metavar="[LABEL=]PATH",
-        help="a model to evaluate (repeatable); LABEL names its row (a paper row's name fills that row)",
-    )
-    parser.add_argument("--data-root", help="the folder holding one folder per benchmark (layout above)")
-    parser.add_argument(
-        "--source",
-        action="append",
-        metavar="KEY=NAME[@SPLIT]",
-        help="where a benchmark is, instead of --data-root",
+    add_model_and_data_arguments(
+        parser, model_required=True, model_example="Ours=runs/dcr/final (a paper row's name fills that row)"
     )
     parser.add_argument(
         "--backbone",

@@ -69,6 +69,7 @@ from hf_vrl.paper_eval import (
     BENCHMARKS,
     MMVP_SHORT_NAMES,
     add_llava_arguments,
+    add_model_and_data_arguments,
     check_sources,
     few_shot_episodes,
     llava_table_command,
@@ -247,18 +248,8 @@ def _parser() -> argparse.ArgumentParser:
         help="1, 2, 3 (POPE of LLaVAs, lmms-eval), fig3 (Figure 3), mmvp, or miniature (train CLIP and "
         "DiffCLIP on the cluttered world)",
     )
-    parser.add_argument(
-        "--model",
-        action="append",
-        metavar="[LABEL=]PATH",
-        help='a model to evaluate (repeatable); LABEL names its row, e.g. "DiffCLIP (CC12M)=models/diffclip"',
-    )
-    parser.add_argument("--data-root", help="the folder holding one folder per benchmark (layout above)")
-    parser.add_argument(
-        "--source",
-        action="append",
-        metavar="KEY=NAME[@SPLIT]",
-        help="where a benchmark is, instead of --data-root",
+    add_model_and_data_arguments(
+        parser, model_required=False, model_example='"DiffCLIP (CC12M)=models/diffclip"'
     )
     parser.add_argument(
         "--sets", nargs="+", help="only these benchmarks (Table 3: columns; default: all the table's)"

@@ -32,6 +32,7 @@ from hf_vrl.metrics.mmvp import MMVP_CATEGORIES
 
 __all__ = [
     "BENCHMARKS",
+    "add_model_and_data_arguments",
     "main_with_user_errors",
     "MMVP_SHORT_NAMES",
     "Benchmark",
@@ -366,6 +367,24 @@ def lmms_columns(
             changes = dict(metrics=given, source=None) if given else {}
             picked[name] = replace(picked[name], task=task, **changes)
     return picked
+
+
+def add_model_and_data_arguments(parser: Any, *, model_required: bool, model_example: str) -> None:
+    """The flags both reproduce scripts take: --model (repeatable, [LABEL=]PATH), --data-root, --source."""
+    parser.add_argument(
+        "--model",
+        action="append",
+        required=model_required,
+        metavar="[LABEL=]PATH",
+        help=f"a model to evaluate (repeatable); LABEL names its row, e.g. {model_example}",
+    )
+    parser.add_argument("--data-root", help="the folder holding one folder per benchmark (layout above)")
+    parser.add_argument(
+        "--source",
+        action="append",
+        metavar="KEY=NAME[@SPLIT]",
+        help="where a benchmark is, instead of --data-root",
+    )
 
 
 def add_llava_arguments(parser: Any) -> None:

@@ -22,17 +22,12 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from hf_vrl.data.toy import COLOURS
+
 __all__ = ["COLOUR_ERROR", "COLOUR_OMISSION", "SOURCES", "describe_image", "describe_images"]
 
-# the describer's colour words and their RGB (the vocabulary of the world, as a VLM knows colour names)
-PALETTE = {
-    "red": (220, 40, 40),
-    "green": (30, 160, 60),
-    "blue": (40, 80, 225),
-    "yellow": (235, 195, 20),
-    "purple": (140, 55, 185),
-    "orange": (245, 125, 25),
-}
+# the describer's colour words and their RGB: the world's own palette, as a VLM knows colour names
+PALETTE = COLOURS
 COLOUR_ERROR = 0.15  # names a wrong colour
 COLOUR_OMISSION = 0.15  # names no colour
 FOREGROUND = 60  # a pixel whose channels differ from white by more than this is foreground
