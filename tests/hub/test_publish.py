@@ -16,6 +16,7 @@ from hf_vrl.hub.publish import MACHINE_STATE_FILES, _clean, _without_machine_sta
 PROCESSOR = {"preprocessor_config.json"}
 TOKENIZER = {"tokenizer.json", "tokenizer_config.json"}
 RECORD = {"README.md", "run/config.json", "run/report.json"}
+CLUE_FIGURES = ("figures/part_maps.png", "figures/gradcam.png")  # Fig. 6 and Fig. 9
 EXPECTED = {
     ("diffclip", "final"): {
         "config.json", "model.safetensors", "configuration_diffclip.py", "modeling_diffclip.py",
@@ -30,9 +31,9 @@ EXPECTED = {
     ("dive", "vision-tower"): {"config.json", "model.safetensors", *PROCESSOR, *RECORD},
     ("clue", "final"): {
         "config.json", "model.safetensors", "configuration_clue.py", "modeling_clue.py",
-        "figures/part_maps.png", *PROCESSOR, *RECORD,
+        *CLUE_FIGURES, *PROCESSOR, *RECORD,
     },
-    ("clue", "backbone"): {"config.json", "model.safetensors", "figures/part_maps.png", *PROCESSOR, *RECORD},
+    ("clue", "backbone"): {"config.json", "model.safetensors", *CLUE_FIGURES, *PROCESSOR, *RECORD},
 }  # fmt: skip
 REMOTE_CODE = {("diffclip", "final"), ("dcr", "dcr-model"), ("clue", "final")}
 PIPELINES = {

@@ -34,10 +34,11 @@ def load(tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluate")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(evaluate.config, "HF_MODULES_CACHE", root / "modules")
-        patch.setattr(sys, "path", list(sys.path))  # evaluate appends its module cache to sys.path
-        # evaluate imports modules as `evaluate_modules.metrics.<name>.<hash>` from the cache's package; one
-        # imported from an earlier cache (this fixture set up again when xdist interleaves modules) would
-        # shadow this one's
+        # evaluate imports modules as `evaluate_modules.metrics.<name>.<hash>` from the cache's package, after
+        # appending the cache to sys.path; the default cache (~/.cache/huggingface/modules, which `datasets`
+        # puts on sys.path too) or one of this fixture's earlier set-ups would shadow it: this cache comes
+        # first, and no earlier `evaluate_modules` stays imported
+        patch.setattr(sys, "path", [str(root / "modules"), *sys.path])
         for name in [m for m in sys.modules if m.split(".")[0] == "evaluate_modules"]:
             patch.delitem(sys.modules, name)
         importlib.invalidate_caches()
