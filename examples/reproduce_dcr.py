@@ -40,11 +40,9 @@ templates and class names; R@5 per image and per caption).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError
@@ -67,6 +65,7 @@ from hf_vrl.paper_eval import (
     mmvp_source,
     paper_comparison,
     parse_labelled,
+    write_measured,
 )
 
 CLUSTERING_KEYS = dict(zip(CLUSTERING_SETS, ("mnist", "cifar10", "eurosat", "caltech101", "dtd", "imagenet")))
@@ -206,7 +205,7 @@ def run(argv: list[str] | None = None) -> int:
         paper = PAPER_TABLES[3][TABLE3_LLM]
         title = f"DCR Table 3: {paper.title}"
         measured = llava_table_command(args, TABLE3_LMMS, paper.rows, title, default_dir="runs/dcr-table3")
-        return _write(args, {"table": 3, "backbone": TABLE3_LLM, "measured": measured})
+        return write_measured(args.output, {"table": 3, "backbone": TABLE3_LLM, "measured": measured})
     args.sources = parse_labelled(args.source, "--source")
     args.sets = args.sets or TABLE_SETS[args.table]
     unknown = sorted(set(args.sets) - set(TABLE_SETS[args.table]))
@@ -225,14 +224,7 @@ def run(argv: list[str] | None = None) -> int:
     measured = TABLES[args.table](models, args)
     print(f"\nDCR Table {args.table}: {paper.title} ({backbone}); paper / measured")
     print(paper_comparison(paper.columns, paper.rows, measured, digits=2 if args.table == 2 else 1))
-    return _write(args, {"table": args.table, "backbone": backbone, "measured": measured})
-
-
-def _write(args: argparse.Namespace, record: dict[str, Any]) -> int:
-    if args.output:
-        Path(args.output).write_text(json.dumps(record, indent=2))
-        print(f"measured: {args.output}")
-    return 0
+    return write_measured(args.output, {"table": args.table, "backbone": backbone, "measured": measured})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,6 @@ the official scoring (`hf_vrl.metrics.mmvp`).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -81,6 +80,7 @@ from hf_vrl.paper_eval import (
     mmvp_source,
     paper_comparison,
     parse_labelled,
+    write_measured,
 )
 
 CLASSIFICATION_KEYS = dict(
@@ -321,11 +321,7 @@ def miniature(args: argparse.Namespace) -> int:
     print(f"\nCluttered shapes world, after training, percent, mean ± std over seeds {args.seeds}:")
     print(text_table(rows, left_columns=1))
     print(f"runs: {out}/<arch>-seed<N>/ (report.json, final/)")
-    if args.output:
-        Path(args.output).write_text(
-            json.dumps({"table": "miniature", "seeds": args.seeds, "after": after}, indent=2)
-        )
-    return 0
+    return write_measured(args.output, {"table": "miniature", "seeds": args.seeds, "after": after})
 
 
 def _spread(values: list[float]) -> str:
@@ -343,7 +339,7 @@ def run(argv: list[str] | None = None) -> int:
         measured = llava_table_command(
             args, TABLE3_LMMS, rows, title, default_dir="runs/diffclip-table3", digits=2
         )
-        return _write(args, {"3": measured})
+        return write_measured(args.output, {"table": args.table, "measured": {"3": measured}})
     if not args.model:
         raise UserError(f"--table {args.table} evaluates models: pass --model [LABEL=]PATH (repeatable)")
     args.sources = parse_labelled(args.source, "--source")
@@ -371,14 +367,7 @@ def run(argv: list[str] | None = None) -> int:
             "(the paper gives Figure 3 as bars; its text: DiffCLIP "
             f"+{FIG3_STATED_OOD_GAIN} on the OOD average over CLIP)"
         )
-    return _write(args, measured)
-
-
-def _write(args: argparse.Namespace, measured: dict[str, dict[str, Row]]) -> int:
-    if args.output:
-        Path(args.output).write_text(json.dumps({"table": args.table, "measured": measured}, indent=2))
-        print(f"measured: {args.output}")
-    return 0
+    return write_measured(args.output, {"table": args.table, "measured": measured})
 
 
 def main(argv: list[str] | None = None) -> int:

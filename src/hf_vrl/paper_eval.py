@@ -32,6 +32,7 @@ from hf_vrl.metrics.mmvp import MMVP_CATEGORIES
 
 __all__ = [
     "BENCHMARKS",
+    "write_measured",
     "add_model_and_data_arguments",
     "main_with_user_errors",
     "MMVP_SHORT_NAMES",
@@ -486,3 +487,11 @@ def llava_table_command(
     print("lmms-eval: " + "; ".join(f"{name} = {column}" for name, column in columns.items()))
     print(paper_comparison(list(columns), rows, measured, digits=digits))
     return measured
+
+
+def write_measured(output: str | None, record: Mapping[str, Any]) -> int:
+    """`--output`: the measured numbers as JSON (nothing without a path); the script's exit status, 0."""
+    if output:
+        Path(output).write_text(json.dumps(record, indent=2))
+        print(f"measured: {output}")
+    return 0
