@@ -119,27 +119,23 @@ PAPER_TABLES: dict[int, PaperTable] = {
 }
 
 
-def _cell(value: float | Sequence[float] | None) -> str:
-    """A measured cell: a number, or the mean ± sample std over seeds of a list (the mean alone for one)."""
-    if value is None or (not isinstance(value, (int, float)) and not value):
-        return "-"
-    if isinstance(value, (int, float)):
-        return f"{value:.1f}"
-    mean = statistics.mean(value)
-    return f"{mean:.1f}" if len(value) == 1 else f"{mean:.1f} ± {statistics.stdev(value):.1f}"
+def _mean_std(value: float | Sequence[float] | None) -> float | tuple[float, float] | None:
+    """A measured cell: a number as it is; per-seed values as (mean, sample std), the mean alone for one."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if not value:
+        return None
+    return statistics.mean(value) if len(value) == 1 else (statistics.mean(value), statistics.stdev(value))
 
 
 def comparison_table(table: PaperTable, measured: Mapping[str, Mapping[str, Any]]) -> str:
-    """The paper's numbers beside the measured ones: one line per paper row, "paper / measured" per column
-    ("-" where nothing was measured). `measured` is {row: {column: percent, or a list of percents, one per
-    seed (shown as mean ± std)}}."""
-    from hf_vrl.evaluation import text_table
+    """The paper's numbers beside the measured ones (`hf_vrl.paper_eval.paper_comparison`): one line per
+    paper row, "paper / measured" per column ("-" where nothing was measured). `measured` is {row: {column:
+    percent, or a list of percents, one per seed (shown as mean ± sample std)}}."""
+    from hf_vrl.paper_eval import paper_comparison
 
-    lines: list[Sequence[str]] = [["", *table.columns]]
-    for row, values in table.rows.items():
-        ours = measured.get(row, {})
-        lines.append([row, *(f"{v:.1f} / {_cell(ours.get(c))}" for c, v in zip(table.columns, values))])
-    return text_table(lines, left_columns=1)
+    cells = {row: {c: _mean_std(v) for c, v in columns.items()} for row, columns in measured.items()}
+    return paper_comparison(table.columns, table.rows, cells)
 
 
 def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
