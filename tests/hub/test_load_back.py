@@ -56,6 +56,24 @@ Path("results.json").write_text(json.dumps(results))
 """
 
 
+def run_in_fresh_process(script: str, args: list[str], folder) -> subprocess.CompletedProcess:
+    """`script` in a fresh interpreter, in `folder` with a random `photo.jpg` (the cards' example image): the
+    Hub offline, module and Hub caches of its own, stdin closed (a remote-code prompt would fail)."""
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8))
+    image.save(folder / "photo.jpg")
+    env = {
+        **os.environ,
+        "PYTHONPATH": "",
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(folder / "modules"),
+        "HF_HOME": str(folder / "hf_home"),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def _expected(run, method, what, image) -> torch.Tensor:
     """What the run's model gives for the card's example, loaded in this process with hf_vrl's classes (the
     processors are the run's, in final/)."""
@@ -90,19 +108,7 @@ def test_published_models_load_back_from_their_cards(diffclip_run, dcr_run, dive
         repo_id = f"me/{method}-{what}"
         staged = publish(runs[method], repo_id, what=what, dry_run=True, staging_dir=tmp_path / repo_id)
         repos[repo_id] = str(staged.staging_dir)
-    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8))
-    image.save(tmp_path / "photo.jpg")
-    env = {
-        **os.environ,
-        "PYTHONPATH": "",
-        "HF_HUB_OFFLINE": "1",
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "HF_HOME": str(tmp_path / "hf_home"),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_CARDS, json.dumps(repos)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = run_in_fresh_process(RUN_CARDS, [json.dumps(repos)], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert results.pop("hf_vrl imported") is False
@@ -177,20 +183,7 @@ def test_every_loading_line_of_the_cards_and_the_zero_shot_pipeline_run_without_
         ),
     }
     repos = {repo: str(p.staging_dir) for repo, p in published.items()}
-    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(
-        tmp_path / "photo.jpg"
-    )
-    env = {
-        **os.environ,
-        "PYTHONPATH": "",
-        "HF_HUB_OFFLINE": "1",
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "HF_HOME": str(tmp_path / "hf_home"),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_LINES, json.dumps(repos), "me/diffclip"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    done = run_in_fresh_process(RUN_LINES, [json.dumps(repos), "me/diffclip"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "lines.json").read_text())
     assert results["hf_vrl imported"] is False

@@ -6,17 +6,12 @@ authors' figures, marked as theirs."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from PIL import Image
-from test_load_back import RUN_LINES
+from test_load_back import RUN_LINES, run_in_fresh_process
 from transformers import AutoTokenizer, CLIPImageProcessorPil
 
 from hf_vrl import cli
@@ -72,16 +67,8 @@ def test_a_converted_model_is_pushed_and_loads_back_without_hf_vrl(
     assert card.data.pipeline_tag == "zero-shot-image-classification" and "custom_code" in card.data.tags
     assert "@article{hammoud2025diffclip" in card.text
 
-    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(
-        tmp_path / "photo.jpg"
-    )
-    env = {**os.environ, "PYTHONPATH": "", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
     repos = json.dumps({"me/diffclip-converted": str(repo)})
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_LINES, repos, "me/diffclip-converted"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    done = run_in_fresh_process(RUN_LINES, [repos, "me/diffclip-converted"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "lines.json").read_text())
     assert results["hf_vrl imported"] is False
