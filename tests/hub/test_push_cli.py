@@ -119,7 +119,8 @@ def test_push_to_hub_is_checked_before_the_run_writes(monkeypatch, tmp_path, cap
         in capsys.readouterr().err
     )
     assert cli.main([*base, "--hub-model-id", "pushed"]) == 2
-    assert "--hub-model-id pushed: give the full id, owner/name" in capsys.readouterr().err
+    expected = "--hub-model-id: give the full repo id, owner/name (e.g. your-name/pushed)"
+    assert expected in capsys.readouterr().err
     assert cli.main([*base, "--hub-model-id", "me/pushed"]) == 2  # HF_HUB_OFFLINE=1 in the tests
     assert "--push-to-hub needs the Hub, but HF_HUB_OFFLINE=1 is set" in capsys.readouterr().err
     assert not out.exists()

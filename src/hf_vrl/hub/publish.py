@@ -27,7 +27,7 @@ from hf_vrl.hub.data_names import is_hub_id, without_paths
 from hf_vrl.hub.folder import CONVERSION_RECORD, ModelFolder
 from hf_vrl.hub.remote_code import write_remote_code
 
-__all__ = ["CARD", "RUN_RECORD", "Publication", "publish"]
+__all__ = ["CARD", "RUN_RECORD", "Publication", "check_repo_id", "publish"]
 
 CARD = "README.md"
 RUN_RECORD = "run"  # run/config.json, run/report.json in the repo
@@ -78,7 +78,7 @@ def publish(
     `<run>/hub-staging/<owner>--<name>`) and return, no Hub call; `overwrite_card`: replace a README.md the
     repo already has (refused otherwise, before anything is uploaded).
     """
-    _check_repo_id(repo_id)
+    check_repo_id(repo_id)
     if staging_dir is not None and not dry_run:
         raise UserError("a staging folder is for dry runs: add --dry-run, or leave out --staging-dir")
     folder = ModelFolder.open(run_dir, what)
@@ -120,7 +120,8 @@ def _check_card(api: Any, repo_id: str, revision: str | None, token: str | None,
         )
 
 
-def _check_repo_id(repo_id: str) -> None:
+def check_repo_id(repo_id: str) -> None:
+    """A full Hub model repo id (owner/name that `validate_repo_id` accepts), else a one-line UserError."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:

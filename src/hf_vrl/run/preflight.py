@@ -81,14 +81,13 @@ def check_push(push_to_hub: bool, repo_id: str | None) -> None:
     if not push_to_hub:
         return
     from huggingface_hub import constants, get_token
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from hf_vrl.hub.publish import check_repo_id
 
     try:
-        validate_repo_id(repo_id or "")
-    except HFValidationError:
-        raise UserError(f"--hub-model-id {repo_id!r}: not a valid Hub repo id (owner/name)") from None
-    if "/" not in (repo_id or ""):
-        raise UserError(f"--hub-model-id {repo_id}: give the full id, owner/name (e.g. you/{repo_id})")
+        check_repo_id(repo_id or "")
+    except UserError as error:
+        raise UserError(f"--hub-model-id: {error}") from None
     if constants.HF_HUB_OFFLINE:
         raise UserError("--push-to-hub needs the Hub, but HF_HUB_OFFLINE=1 is set: unset it, or push later")
     if get_token() is None:
