@@ -22,8 +22,8 @@ first N samples of each task.
 `--table miniature` trains instead of evaluating given models: CLIP and DiffCLIP (`hf-vrl demo`'s recipe,
 diffclip-tiny sizes, same data, seed and batches) on the cluttered shapes world
 (`hf_vrl.methods.diffclip.clutter`: textured backgrounds, faded distractor shapes, captions that name only
-the target), once per seed, and prints zero-shot and clustering as mean ± std over seeds with the paired
-difference: the setting where attention noise matters.
+the target), once per seed, and prints zero-shot and clustering as mean ± population std over seeds with
+the paired difference: the setting where attention noise matters.
 
 A model labelled with a paper row's name ("CLIP (CC3M)", "DiffCLIP (CC3M)", "CLIP (CC12M)", "DiffCLIP
 (CC12M)") fills that row; others get rows of their own. Models: any DiffCLIP or CLIP folder or Hub id, or a
@@ -43,9 +43,9 @@ logistic regression on frozen image features with the L2 strength chosen on a he
 (`hf_vrl.metrics.linear_probe`; LGSSL refits on train + validation too, and scores some sets by mean
 per-class accuracy, which this does not) and 5-way 5-shot nearest-prototype episodes (6 queries a class from
 test, centred and L2-normalised features; `hf_vrl.paper_eval.few_shot_episodes`), each over --seeds (three,
-as Appendix B) as mean ± std; Table 2 with LAION's clip_benchmark (OpenAI templates and class names, R@5 per
-image and per caption); Figure 3 zero-shot with ImageNet-R / -A scored on their 200 classes; MMVP-VLM with
-the official scoring (`hf_vrl.metrics.mmvp`).
+as Appendix B) as mean ± population std; Table 2 with LAION's clip_benchmark (OpenAI templates and class
+names, R@5 per image and per caption); Figure 3 zero-shot with ImageNet-R / -A scored on their 200
+classes; MMVP-VLM with the official scoring (`hf_vrl.metrics.mmvp`).
 """
 
 from __future__ import annotations
