@@ -55,16 +55,6 @@ class BatchPlan:
         """Samples one evaluation of a loss sees when it stays within a process (DCR's B^2 grid)."""
         return self.per_process if self.accumulation == "whole_batch" else self.micro_batch
 
-    @property
-    def trainer_batch(self) -> int:
-        """The Trainer's per-device batch: a process's whole share (whole_batch) or one micro-batch."""
-        return self.per_process if self.accumulation == "whole_batch" else self.micro_batch
-
-    @property
-    def trainer_accumulation(self) -> int:
-        """The Trainer's gradient-accumulation steps (1 with whole_batch: the micro-batches are ours)."""
-        return 1 if self.accumulation == "whole_batch" else self.accumulation_steps
-
     def describe(self, terms: dict[str, str] | None = None) -> str:
         """Lines for `--print-config` and the run log: the layout, then what each loss term sees."""
         lines = [
