@@ -465,7 +465,9 @@ class VRLTrainer(Trainer):
 
         dataset = self.train_dataset if train_dataset is None else train_dataset
         if isinstance(dataset, SeededDataset):
-            return SeededSampler(len(dataset), dataset.seed)
+            args = self.args
+            step = self._train_batch_size * args.gradient_accumulation_steps * args.world_size
+            return SeededSampler(len(dataset), dataset.seed, step if args.dataloader_drop_last else 1)
         return super()._get_train_sampler(train_dataset)
 
     def prediction_step(

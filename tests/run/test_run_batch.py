@@ -4,9 +4,12 @@ that divides it; the micro-batch is memory; the run states what each loss term s
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hf_vrl.errors import UserError
 from hf_vrl.run.batch import plan_batches
+from hf_vrl.run.data import SeededDataset
+from hf_vrl.trainer import VRLTrainer, VRLTrainingArguments
 
 
 @pytest.mark.parametrize(
@@ -110,3 +113,43 @@ def test_the_run_log_states_the_batch(tmp_path, caplog):
         )  # fmt: skip
     assert "8 per process and micro-batch x 2 micro-batches (whole_batch accumulation)" in caplog.text
     assert "CLIP loss: 16 pairs (15 negatives each)" in caplog.text
+
+
+class RowTrainer(VRLTrainer):
+    """A split loss over the rows of `x` (whole-batch accumulation needs the split); records the rows of every
+    forward pass."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.forward_rows: list[int] = []
+
+    def embed(self, model, inputs):
+        self.forward_rows.append(len(inputs["x"]))
+        return {"y": model(inputs["x"])}
+
+    def objective(self, embedded, targets, inputs):
+        return {"loss": embedded["y"].logsumexp(0).sum()}
+
+
+@pytest.mark.parametrize("accumulation", ["micro_batch", "whole_batch"])
+def test_an_epoch_ends_at_its_last_whole_optimiser_step(tmp_path, accumulation):
+    """120 rows, global batch 32 (micro-batches of 8, 4 per step), 2 epochs: 3 whole steps per epoch, 6 in
+    all, and the schedule is 6 steps long (before: a partial 4th step per epoch, 8 steps)."""
+    rows = [{"x": torch.full((2,), float(i))} for i in range(120)]
+    args = VRLTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, gradient_accumulation_steps=4,
+        accumulation=accumulation, num_train_epochs=2, lr_scheduler_type="linear", learning_rate=0.1,
+        dataloader_drop_last=True, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
+        remove_unused_columns=False,
+    )  # fmt: skip
+    trainer = RowTrainer(
+        model=torch.nn.Linear(2, 1),
+        args=args,
+        train_dataset=SeededDataset(rows, seed=0),
+        data_collator=lambda batch: {"x": torch.stack([row["x"] for row in batch])},
+    )
+    trainer.train()
+    assert (trainer.state.global_step, trainer.state.max_steps) == (6, 6)
+    assert trainer.lr_scheduler.get_last_lr()[0] == 0.0  # the schedule ended with the last step run
+    passes = 2 if accumulation == "whole_batch" else 1  # whole_batch embeds each micro-batch twice
+    assert trainer.forward_rows == [8] * 24 * passes
