@@ -100,7 +100,7 @@ class DiVETrainer(ContrastiveTrainer):
                     "frozen_embeddings='cache' needs a map-style reference set (a stream has no sample "
                     "index): save_to_disk a subset, or use frozen_embeddings='forward'."
                 )
-            cache_size = len(self.reference_dataset) // self.args.world_size
+            cache_size = len(self.reference_dataset)  # draws by global position reach any row
         dtype = DTYPES[self.settings.frozen_dtype] if self.settings.frozen_dtype else None
         frozen = FrozenReference(
             model, mode=self.settings.frozen_embeddings, dtype=dtype, cache_size=cache_size
