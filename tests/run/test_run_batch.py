@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hf_vrl.errors import UserError
+from hf_vrl.presets import list_presets, load_preset
 from hf_vrl.run.batch import plan_batches
 from hf_vrl.run.data import SeededDataset
 from hf_vrl.trainer import VRLTrainer, VRLTrainingArguments
@@ -153,3 +154,25 @@ def test_an_epoch_ends_at_its_last_whole_optimiser_step(tmp_path, accumulation):
     assert trainer.lr_scheduler.get_last_lr()[0] == 0.0  # the schedule ended with the last step run
     passes = 2 if accumulation == "whole_batch" else 1  # whole_batch embeds each micro-batch twice
     assert trainer.forward_rows == [8] * 24 * passes
+
+
+PAPER_PRESETS = [(name, method) for name, method, _ in list_presets() if not name.endswith("-tiny")]
+
+
+@pytest.mark.parametrize("processes", [1, 2, 8])
+@pytest.mark.parametrize(("preset", "method"), PAPER_PRESETS)
+def test_every_paper_preset_gives_its_global_batch_on_any_process_count(
+    capsys, monkeypatch, preset, method, processes
+):
+    global_batch = load_preset(preset)["optim"]["global_batch_size"]  # stated by every paper preset
+    out = run_print_config(capsys, monkeypatch, [method, "--config", preset], processes)
+    assert f"x {processes} process(es) = {global_batch} per optimiser step" in out.err
+
+
+def test_dcr_paper_presets_step_16_images_and_say_what_the_grid_holds(capsys, monkeypatch):
+    """DCR §5.1: batch 16; on 2 processes each holds 8 (an 8 x 8 grid), as --print-config says."""
+    one = run_print_config(capsys, monkeypatch, ["dcr", "--config", "dcr-openai-l14-224"], 1).err
+    assert "= 16 per optimiser step" in one and "16 x 16 grid" in one and "batch_size is 16" not in one
+    two = run_print_config(capsys, monkeypatch, ["dcr", "--config", "dcr-openai-l14-224"], 2).err
+    assert "8 per process and micro-batch x 1 micro-batches (micro_batch accumulation) x 2" in two
+    assert "8 x 8 grid" in two and "--global-batch-size 32 keeps 16-image grids" in two

@@ -8,9 +8,15 @@
   micro-batch; `micro_batch`: the Trainer's plain accumulation, each micro-batch's loss over its own samples
   (and those the other processes hold in the same micro-step).
 
+The Trainer sees the plan as it is: `per_device_train_batch_size` = the micro-batch (what the DataLoader
+yields), `gradient_accumulation_steps` = the micro-batches per process and step, and `accumulation` (a
+`VRLTrainingArguments` field) says what the loss sees over them.
+
 With `whole_batch` the micro-batch only trades memory for passes, so a process's share that `batch_size`
 does not divide is split into the largest micro-batches below `batch_size` that divide it; with
-`micro_batch` it is part of the method (DCR's B^2 grid) and must divide the share exactly.
+`micro_batch` it is part of the method (DCR's B^2 grid): a share `batch_size` does not divide is refused,
+and a share smaller than `batch_size` (the paper's global batch on many processes) is one micro-batch, which
+the run states (`describe`).
 """
 
 from __future__ import annotations
@@ -97,6 +103,8 @@ def plan_batches(
         )
     share = global_batch_size // processes
     if accumulation == "micro_batch":
+        if share < batch_size:  # the global batch over many processes: the share is the micro-batch
+            return BatchPlan(share, processes, 1, accumulation)
         if share % batch_size:
             raise UserError(
                 f"global_batch_size {global_batch_size} over {processes} process(es) is {share} per process, "

@@ -211,11 +211,17 @@ class DCRRunConfig(RunConfig):
         return problems
 
     def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
-        b = plan.local_loss_batch
-        return {
-            "Eq. 12 (contrastive over predicted noises)": f"the {b} x {b} grid of one process's micro-batch "
-            f"({b - 1} negatives per image; not gathered across processes, as the official code)"
-        }
+        b, wanted = plan.local_loss_batch, self.optim.batch_size
+        grid = (
+            f"the {b} x {b} grid of one process's micro-batch ({b - 1} negative{'s' * (b != 2)} per image; "
+            "not gathered across processes, as the official code)"
+        )
+        if b < wanted:
+            grid += (
+                f"; batch_size is {wanted}, but the global batch over {plan.processes} processes leaves {b} "
+                f"per process: --global-batch-size {wanted * plan.processes} keeps {wanted}-image grids"
+            )
+        return {"Eq. 12 (contrastive over predicted noises)": grid}
 
 
 class DCRMethod(Method):
