@@ -122,6 +122,23 @@ def test_clue_over_micro_batches_is_clue_over_the_whole_batch(tmp_path):
     assert relative_gap(other, want) > 1e-3  # Sinkhorn over 2 samples is another target
 
 
+@pytest.mark.parametrize(("micro", "steps"), [(2, 4), (8, 1)])
+def test_batchnorm_normalises_what_the_run_says(tmp_path, micro, steps):
+    """What --print-config states is what trains: each BatchNorm call of a CLUE step sees one micro-batch."""
+    from hf_vrl.run.batch import batchnorm_sees, plan_batches
+
+    run = clue_trainer(tmp_path, seeded_rows(8), steps=1, batch=micro, settings=tiny_settings(),
+                       gradient_accumulation_steps=steps, accumulation="whole_batch")  # fmt: skip
+    seen = []
+    norm = next(m for m in run.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm))
+    norm.register_forward_pre_hook(
+        lambda module, args: seen.append(len(args[0])) if module.training else None
+    )
+    run.train()
+    plan = plan_batches(micro, 1, global_batch_size=8)
+    assert set(seen) == {micro} and batchnorm_sees(plan, sync=True).startswith(f"{micro} samples")
+
+
 def test_clue_objective_under_bf16_keeps_fp32_targets():
     """bf16 embeddings (autocast outputs): Sinkhorn and the soft cross-entropies run in fp32, near fp32's."""
     from clue_helpers import objective_inputs

@@ -176,3 +176,21 @@ def test_dcr_paper_presets_step_16_images_and_say_what_the_grid_holds(capsys, mo
     two = run_print_config(capsys, monkeypatch, ["dcr", "--config", "dcr-openai-l14-224"], 2).err
     assert "8 per process and micro-batch x 1 micro-batches (micro_batch accumulation) x 2" in two
     assert "8 x 8 grid" in two and "--global-batch-size 32 keeps 16-image grids" in two
+
+
+def test_clue_states_what_batchnorm_sees_and_the_layout_that_gives_it_the_step(capsys, monkeypatch):
+    """clue-r50 (the paper: 512 = 4 GPUs x 128, SyncBatchNorm): one process normalises each micro-batch of
+    128, and --print-config names the layout that gives BatchNorm the step's 512."""
+    one = run_print_config(capsys, monkeypatch, ["clue", "--config", "clue-r50"], 1).err
+    assert (
+        "BatchNorm statistics: 128 samples (one micro-batch of one process); not the step's 512: "
+        "--batch-size 512 (one micro-batch per process) gives it all" in one
+    )
+    remedy = run_print_config(capsys, monkeypatch, ["clue", "--config", "clue-r50", "--batch-size", "512"], 1)
+    assert "BatchNorm statistics: 512 samples (one micro-batch of one process)\n" in remedy.err
+    four = run_print_config(capsys, monkeypatch, ["clue", "--config", "clue-r50"], 4).err
+    assert (
+        "BatchNorm statistics: 512 samples on GPUs (a micro-batch of 128 x 4 processes, SyncBatchNorm)"
+        in four
+    )
+    assert "not the step's" not in four

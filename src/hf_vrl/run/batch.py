@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from hf_vrl.errors import UserError
 
-__all__ = ["ACCUMULATION", "BatchPlan", "contrastive_sees", "plan_batches", "process_count"]
+__all__ = ["ACCUMULATION", "BatchPlan", "batchnorm_sees", "contrastive_sees", "plan_batches", "process_count"]
 
 ACCUMULATION = ("whole_batch", "micro_batch")
 
@@ -122,3 +122,28 @@ def contrastive_sees(plan: BatchPlan) -> str:
     return (
         f"{plan.loss_batch} pairs ({plan.loss_batch - 1} negatives each): every process's samples of {where}"
     )
+
+
+def batchnorm_sees(plan: BatchPlan, sync: bool) -> str:
+    """How many samples a BatchNorm layer normalises over under `plan` (`sync`: SyncBatchNorm, which joins the
+    processes' micro-batches on GPUs), and the layout that gives it the whole step when it sees less.
+
+    BatchNorm normalises one forward pass: under whole-batch accumulation, one micro-batch. Its statistics
+    cannot cover several micro-batches at a micro-batch's memory (each layer's statistics depend on the
+    earlier layers normalised with theirs, and its gradient reaches every sample it normalised), so the
+    remedy is the layout: one micro-batch per process, joined by SyncBatchNorm on GPUs."""
+    micro, processes = plan.micro_batch, plan.processes
+    if sync and processes > 1:
+        seen = (
+            f"{micro * processes} samples on GPUs (a micro-batch of {micro} x {processes} processes, "
+            f"SyncBatchNorm), {micro} on CPUs (each process its own)"
+        )
+    else:
+        seen = f"{micro} samples (one micro-batch of one process)"
+    if plan.accumulation_steps > 1:
+        joined = " x the processes (SyncBatchNorm on GPUs)" if sync and processes > 1 else ""
+        seen += (
+            f"; not the step's {plan.global_batch}: --batch-size {plan.per_process} (one micro-batch per "
+            f"process{joined}) gives it all, memory permitting"
+        )
+    return seen

@@ -20,7 +20,7 @@ from torch import nn
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.clue.settings import CLUEMethodFields, CLUEModelFields, CLUESettings
-from hf_vrl.run.batch import BatchPlan
+from hf_vrl.run.batch import BatchPlan, batchnorm_sees
 from hf_vrl.run.config import OptimConfig, RunConfig, at_least, setting
 from hf_vrl.run.runner import Method
 
@@ -125,13 +125,7 @@ class CLUERunConfig(RunConfig):
         terms = {"Sinkhorn targets, soft-InfoNCE (Eq. 5-6)": columns}
         if self.clue.gamma:
             terms["text alignment (Eq. 7)"] = columns
-        per_process = f"per micro-batch of {plan.micro_batch} samples and process"
-        if self.clue.sync_batchnorm and plan.processes > 1:
-            per_process = (
-                f"per micro-batch of {plan.micro_batch} samples x {plan.processes} processes on GPUs "
-                f"(SyncBatchNorm); {per_process} on CPUs"
-            )
-        terms["BatchNorm statistics"] = per_process
+        terms["BatchNorm statistics"] = batchnorm_sees(plan, self.clue.sync_batchnorm)
         return terms
 
 
