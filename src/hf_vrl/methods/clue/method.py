@@ -41,14 +41,16 @@ class CLUEModelConfig(CLUEModelFields):
     backbone_pretrain_steps: int = setting(
         0,
         "toy world only (dataset shapes, backbone_config): first train the backbone to name the shape of "
-        "separate shapes-world images for this many SGD steps, a stand-in for ImageNet weights",
+        "separate shapes-world images for this many SGD steps (at most --step-limit), a stand-in for "
+        "ImageNet weights",
         check=at_least(0),
     )
     text_encoder_pretrain_steps: int = setting(
         0,
         "toy world only (dataset shapes, text_encoder a config-only folder such as tiny-clip): first train "
-        "that CLIP with the CLIP loss on separate shapes-world image-caption pairs for this many steps, a "
-        "stand-in for pretrained CLIP weights; its text tower then embeds the descriptions",
+        "that CLIP with the CLIP loss on separate shapes-world image-caption pairs for this many steps (at "
+        "most --step-limit), a stand-in for pretrained CLIP weights; its text tower then embeds the "
+        "descriptions",
         check=at_least(0),
     )
 
@@ -175,7 +177,7 @@ class CLUEMethod(Method):
         from hf_vrl.methods.clue.miniature import pretrain_backbone
         from hf_vrl.run.layout import atomic_dir
 
-        steps = self.config.model.backbone_pretrain_steps
+        steps = self.run.step_budget(self.config.model.backbone_pretrain_steps)
         if not steps:
             return None
         folder = self.run.dir.inputs / "backbone"
@@ -198,7 +200,7 @@ class CLUEMethod(Method):
         from hf_vrl.methods.clue.miniature import pretrain_text_encoder
         from hf_vrl.run.layout import atomic_dir
 
-        steps = self.config.model.text_encoder_pretrain_steps
+        steps = self.run.step_budget(self.config.model.text_encoder_pretrain_steps)
         if not steps or not self.config.clue.gamma:
             return None
         folder = self.run.dir.inputs / "text_encoder"
