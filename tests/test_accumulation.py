@@ -127,28 +127,33 @@ def test_recomputation_replays_dropout_and_buffers_move_once_per_micro_batch():
 # -- CLIP's loss through the Trainer ---------------------------------------------------------------------
 
 
-def clip_step(out_dir, per_device: int, micro: int | None = None, accumulation_steps: int = 1):
-    trainer = ContrastiveTrainer(
+def clip_trainer(out_dir, micro: int, steps: int = 1, accumulation: str = "micro_batch", **kwargs):
+    """ContrastiveTrainer on 8 pairs: micro-batches of `micro`, `steps` of them per optimiser step."""
+    return ContrastiveTrainer(
         model=tiny_clip().double(),
         args=vrl_args(
             out_dir,
-            per_device_train_batch_size=per_device,
-            gradient_accumulation_steps=accumulation_steps,
-            micro_batch_size=micro,
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=steps,
+            accumulation=accumulation,
             max_steps=1,
             optim="sgd",
             learning_rate=0.1,
+            **kwargs,
         ),
         train_dataset=PairDataset(8),
         data_collator=collate,
     )
-    return one_step(trainer)
+
+
+def clip_step(out_dir, micro: int, steps: int = 1, accumulation: str = "micro_batch"):
+    return one_step(clip_trainer(out_dir, micro, steps, accumulation))
 
 
 def test_clip_loss_over_micro_batches_is_the_loss_of_the_whole_batch(tmp_path):
-    loss, grads = clip_step(tmp_path / "one", per_device=8)
-    whole_loss, whole = clip_step(tmp_path / "whole", per_device=8, micro=2)
-    plain_loss, plain = clip_step(tmp_path / "plain", per_device=2, accumulation_steps=4)
+    loss, grads = clip_step(tmp_path / "one", 8)
+    whole_loss, whole = clip_step(tmp_path / "whole", 2, 4, "whole_batch")
+    plain_loss, plain = clip_step(tmp_path / "plain", 2, 4)
     assert whole_loss == pytest.approx(loss, rel=1e-12)
     assert_same_gradients(whole, grads)
     assert "logit_scale" in whole  # the shared output's gradient reached its parameter
@@ -156,9 +161,101 @@ def test_clip_loss_over_micro_batches_is_the_loss_of_the_whole_batch(tmp_path):
     assert relative_gap(plain, grads) > 1e-2 and abs(plain_loss - loss) > 1e-2
 
 
-def test_micro_batch_size_must_divide_the_batch(tmp_path):
+class SizeRecorder(ContrastiveTrainer):
+    """Records the rows of every batch the DataLoader yields, that `embed` gets, and that the loss sees."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loaded, self.embedded, self.objective_rows = [], [], []
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batches, count = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self.loaded += [(len(b["pixel_values"]), b["pixel_values"].device.type) for b in batches]
+        return batches, count
+
+    def embed(self, model, inputs):
+        self.embedded.append((len(inputs["pixel_values"]), inputs["pixel_values"].device.type))
+        return super().embed(model, inputs)
+
+    def objective(self, embedded, targets, inputs):
+        self.objective_rows.append(len(embedded["image_embeds"]))
+        return super().objective(embedded, targets, inputs)
+
+
+def test_whole_batch_data_streams_by_micro_batch(tmp_path, device):
+    """The DataLoader yields micro-batches and leaves them on the host (a step's wait there for the
+    recomputation), each forward pass moves one micro-batch to the device, and the loss sees the whole step:
+    4 micro-batches of 2 -> one loss of 8."""
+    args = vrl_args(
+        tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=4, accumulation="whole_batch",
+        max_steps=2, optim="sgd", learning_rate=0.1, use_cpu=device.type == "cpu",
+    )  # fmt: skip
+    trainer = SizeRecorder(
+        model=tiny_clip().double(), args=args, train_dataset=PairDataset(16), data_collator=collate
+    )
+    trainer.train()
+    assert trainer.get_train_dataloader().device is None  # accelerate places nothing
+    assert trainer.loaded == [(2, "cpu")] * 8
+    assert trainer.embedded == [(2, device.type)] * 16  # each micro-batch embedded twice (cache, recompute)
+    assert trainer.objective_rows == [8, 8]
+
+
+def seeded_whole_batch_run(out_dir, **kwargs) -> ContrastiveTrainer:
+    """4 steps of 4 micro-batches of 2 over 24 seeded pairs (3 steps per epoch: the run crosses an epoch)."""
+    from hf_vrl.run.data import SeededDataset
+
+    args = vrl_args(
+        out_dir, per_device_train_batch_size=2, gradient_accumulation_steps=4, accumulation="whole_batch",
+        max_steps=4, optim="sgd", learning_rate=0.1, save_strategy="steps", save_steps=2,
+        dataloader_drop_last=True,
+    )  # fmt: skip
+    pairs = SeededDataset(PairDataset(24), seed=0)
+    return ContrastiveTrainer(
+        model=tiny_clip().double(),
+        args=args,
+        train_dataset=pairs,
+        data_collator=lambda rows: collate(
+            [{k: v for k, v in r.items() if k != "sample_seed"} for r in rows]
+        ),
+        **kwargs,
+    )
+
+
+def test_a_resumed_whole_batch_run_equals_the_uninterrupted_one(tmp_path):
+    """Micro-batch streaming keeps resume exact: from checkpoint-2, steps 3 and 4 (the second epoch's
+    micro-batches, skipped by the loader) give the weights of the run that never stopped."""
+    whole = seeded_whole_batch_run(tmp_path / "run")
+    whole.train()
+    resumed = seeded_whole_batch_run(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    assert resumed.state.global_step == 4
+    for (name, got), want in zip(resumed.model.state_dict().items(), whole.model.state_dict().values()):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
+
+
+def test_micro_batch_size_is_the_earlier_spelling_of_whole_batch_accumulation(tmp_path):
+    with pytest.warns(FutureWarning, match="per_device_train_batch_size=2, gradient_accumulation_steps=4"):
+        args = vrl_args(tmp_path, per_device_train_batch_size=8, micro_batch_size=2)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 4)
+    assert (args.accumulation, args.micro_batch_size) == ("whole_batch", None)
+    assert vrl_args(tmp_path, **args.to_dict()).to_dict() == args.to_dict()  # a round trip keeps its meaning
     with pytest.raises(ValueError, match="must divide"):
         vrl_args(tmp_path, per_device_train_batch_size=8, micro_batch_size=3)
+
+
+def test_micro_batch_size_with_accumulation_steps_is_refused(tmp_path):
+    """Before, each of the 2 whole-batch losses was back-propagated undivided: gradients 2x the step's. Now
+    the combination is refused, naming the layout of one loss over the step."""
+    with pytest.raises(ValueError, match="per_device_train_batch_size=2, gradient_accumulation_steps=8"):
+        vrl_args(tmp_path, per_device_train_batch_size=8, micro_batch_size=2, gradient_accumulation_steps=2)
+
+
+def test_whole_batch_over_many_micro_batches_has_the_gradient_of_the_step(tmp_path):
+    """The step's gradient, not k times it: 8 micro-batches of 1 give one batch of 8 (ratio 1)."""
+    _, grads = clip_step(tmp_path / "one", 8)
+    _, whole = clip_step(tmp_path / "whole", 1, 8, "whole_batch")
+    ratio = sum((whole[n] * grads[n]).sum() for n in grads) / sum((grads[n] ** 2).sum() for n in grads)
+    assert float(ratio) == pytest.approx(1.0, abs=1e-9)
 
 
 # -- two processes ----------------------------------------------------------------------------------------
@@ -174,7 +271,7 @@ def whole_batch_worker(rank: int, port: int, out_dir: str) -> None:
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
     )
     torch.set_num_threads(1)
-    loss, grads = clip_step(out_dir, per_device=4, micro=2)
+    loss, grads = clip_step(out_dir, 2, 2, "whole_batch")
     if rank == 0:
         save_file({**grads, "loss": torch.tensor(loss)}, os.path.join(out_dir, "grads.safetensors"))
     _shutdown()
@@ -183,7 +280,7 @@ def whole_batch_worker(rank: int, port: int, out_dir: str) -> None:
 def test_two_processes_with_micro_batches_equal_one_process_over_the_global_batch(tmp_path):
     from _dist_worker import free_port
 
-    loss, grads = clip_step(tmp_path / "one", per_device=8)
+    loss, grads = clip_step(tmp_path / "one", 8)
     mp.spawn(whole_batch_worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
     two = load_file(str(tmp_path / "grads.safetensors"))
     assert two.pop("loss").item() == pytest.approx(loss, rel=1e-6)  # the log averages float32 per-rank losses

@@ -22,6 +22,10 @@ momentum model's embeddings), and `objective(embedded, targets, batch)` -> {"los
 the same for every micro-batch (the logit scale) are "shared": taken once, their gradient back-propagated
 with the last micro-batch that produces them. Under DDP every micro-batch but the last runs without gradient
 synchronisation, so the last one must reach every trained parameter (put the shared outputs there).
+
+The micro-batches may live on the host: `prepare` moves one to the device when it is embedded (step 1, then
+again in step 3), so the device holds the inputs of one micro-batch at a time, and `JoinedBatch` is the whole
+batch the objective reads (labels, text embeddings), each entry joined and moved when it is read.
 """
 
 from __future__ import annotations
@@ -33,7 +37,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["concat_outputs", "preserved_buffers", "rng_state", "split_batch", "whole_batch_backward"]
+__all__ = [
+    "JoinedBatch",
+    "concat_outputs",
+    "preserved_buffers",
+    "rng_state",
+    "split_batch",
+    "whole_batch_backward",
+]
 
 Outputs = dict[str, Tensor]
 
@@ -74,6 +85,32 @@ def concat_outputs(per_chunk: Sequence[Mapping[str, Tensor]], shared: Collection
         values = [outputs[key] for outputs in per_chunk if key in outputs]
         merged[key] = values[0] if key in shared else torch.cat(values)
     return merged
+
+
+class JoinedBatch(Mapping):
+    """The whole batch of a list of micro-batches, read lazily: `batch[key]` concatenates that entry's tensors
+    along dim 0 (nested mappings join the same way; other values come from the first micro-batch that has
+    them) and passes the result through `prepare` (e.g. to the device); entries never read are never
+    joined."""
+
+    def __init__(self, chunks: Sequence[Mapping[str, Any]], prepare: Callable[[Any], Any] = lambda x: x):
+        self.chunks, self.prepare = list(chunks), prepare
+
+    def __getitem__(self, key: str) -> Any:
+        values = [chunk[key] for chunk in self.chunks if key in chunk]
+        if not values:
+            raise KeyError(key)
+        if isinstance(values[0], Mapping):
+            return JoinedBatch(values, self.prepare)
+        if isinstance(values[0], Tensor) and values[0].ndim > 0:
+            return self.prepare(torch.cat(values))
+        return values[0]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(key for chunk in self.chunks for key in chunk))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class _RNGState:
@@ -124,22 +161,26 @@ def whole_batch_backward(
     no_sync: Callable[[], contextlib.AbstractContextManager],
     shared: Collection[str] = (),
     device: torch.device | str = "cpu",
+    prepare: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda chunk: chunk,
 ) -> dict[str, Tensor]:
     """Back-propagate `objective` over all `chunks` at the memory of one (the module docstring's steps 1-3).
 
-    `batch` is the whole batch (what `objective` reads besides the outputs, e.g. labels); `backward` runs
-    a backward pass (the Trainer's ``accelerator.backward``: loss scaling, DeepSpeed); `no_sync` is the DDP
-    context without gradient synchronisation, entered for every micro-batch but the last. Returns the
-    objective's values, detached.
+    `batch` is the whole batch (what `objective` reads besides the outputs, e.g. labels; a `JoinedBatch` of
+    the chunks); `backward` runs a backward pass (the Trainer's ``accelerator.backward``: loss scaling,
+    DeepSpeed); `no_sync` is the DDP context without gradient synchronisation, entered for every micro-batch
+    but the last; `prepare` moves a chunk to the device (once per pass over it). Returns the objective's
+    values, detached.
     """
+    per_chunk_targets, states, cached = [], [], []
     with torch.no_grad():
-        targets = concat_outputs([loss_targets(model, chunk) for chunk in chunks], shared)
-        states, cached = [], []
-        with preserved_buffers(model):
-            for chunk in chunks:
-                states.append(rng_state(device))
+        for chunk in chunks:
+            chunk = prepare(chunk)
+            per_chunk_targets.append(loss_targets(model, chunk))
+            states.append(rng_state(device))
+            with preserved_buffers(model):  # the recomputation updates them, once per micro-batch
                 cached.append(embed(model, chunk))
         after = rng_state(device)
+    targets = concat_outputs(per_chunk_targets, shared)
     leaves = {key: _leaf(value) for key, value in concat_outputs(cached, shared).items()}
     with torch.enable_grad():
         values = objective(leaves, targets, batch)
@@ -154,7 +195,7 @@ def whole_batch_backward(
         state.restore()
         sync = index == len(chunks) - 1
         with contextlib.nullcontext() if sync else no_sync():
-            outputs = embed(model, chunk)
+            outputs = embed(model, prepare(chunk))
             surrogate = []
             for key, value in outputs.items():
                 if key not in grad_of:

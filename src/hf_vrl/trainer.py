@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from transformers import Trainer, TrainerCallback, TrainerState, TrainingArgumen
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
-from .accumulation import split_batch, whole_batch_backward
+from .accumulation import JoinedBatch, split_batch, whole_batch_backward
 from .contrastive import clip_contrastive_loss
 
 __all__ = [
@@ -51,14 +52,30 @@ EXTRA_STATE_NAME = "extra_state.safetensors"  # a method's own training state, i
 
 @dataclass
 class VRLTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` plus whole-batch accumulation (``hf_vrl.accumulation``, GradCache)."""
+    """``TrainingArguments`` plus whole-batch accumulation (``hf_vrl.accumulation``, GradCache).
 
+    ``per_device_train_batch_size`` and ``gradient_accumulation_steps`` keep the Trainer's meaning (samples
+    per forward pass, the DataLoader's batch; forward passes per optimiser step); ``accumulation`` says what
+    the loss sees over the micro-batches of a step.
+    """
+
+    accumulation: str = field(
+        default="micro_batch",
+        metadata={
+            "help": "What the loss sees over the gradient_accumulation_steps micro-batches of an optimiser "
+            "step: 'micro_batch' (the Trainer's accumulation: each micro-batch's loss over its own samples) "
+            "or 'whole_batch' (GradCache: one loss over all of them at the memory of one micro-batch; each "
+            "micro-batch reaches the device only while it is embedded).",
+            "choices": ["micro_batch", "whole_batch"],
+        },
+    )
     micro_batch_size: int | None = field(
         default=None,
         metadata={
-            "help": "Split each per-device batch into micro-batches of this many samples, the loss still "
-            "computed over the whole batch (GradCache): the memory of a micro-batch, the loss of the batch. "
-            "None: one forward pass per batch."
+            "help": "Earlier spelling of whole-batch accumulation: micro-batches of this many samples, one "
+            "loss over the per_device_train_batch_size samples (per_device_train_batch_size="
+            "micro_batch_size, gradient_accumulation_steps=per_device_train_batch_size // micro_batch_size, "
+            "accumulation='whole_batch')."
         },
     )
 
@@ -70,13 +87,35 @@ class VRLTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        micro = self.micro_batch_size
-        if micro is not None and (micro < 1 or self.per_device_train_batch_size % micro):
+        if self.accumulation not in ("micro_batch", "whole_batch"):
             raise ValueError(
-                f"micro_batch_size ({micro}) must divide per_device_train_batch_size "
-                f"({self.per_device_train_batch_size})"
+                f"accumulation must be 'micro_batch' or 'whole_batch', got {self.accumulation!r}"
             )
+        if self.micro_batch_size is not None:
+            self._whole_batch_from_micro_batch_size()
+        super().__post_init__()
+
+    def _whole_batch_from_micro_batch_size(self) -> None:
+        """``micro_batch_size`` (earlier spelling) as the fields that say the same, or a refusal."""
+        micro, batch = self.micro_batch_size, self.per_device_train_batch_size
+        if micro < 1 or batch % micro:
+            raise ValueError(f"micro_batch_size ({micro}) must divide per_device_train_batch_size ({batch})")
+        steps = self.gradient_accumulation_steps
+        if steps > 1:
+            raise ValueError(
+                f"micro_batch_size ({micro}) with gradient_accumulation_steps ({steps}) would accumulate "
+                f"{steps} losses of {batch} samples each: for one loss over the {batch * steps} samples of a "
+                f"step give per_device_train_batch_size={micro}, gradient_accumulation_steps="
+                f"{batch // micro * steps}, accumulation='whole_batch'"
+            )
+        warnings.warn(
+            f"micro_batch_size is an earlier spelling: give per_device_train_batch_size={micro}, "
+            f"gradient_accumulation_steps={batch // micro}, accumulation='whole_batch'",
+            FutureWarning,
+            stacklevel=4,
+        )
+        self.per_device_train_batch_size, self.gradient_accumulation_steps = micro, batch // micro
+        self.accumulation, self.micro_batch_size = "whole_batch", None
 
 
 def set_logging_dir(trainer: Trainer, folder: str | None) -> None:
@@ -94,9 +133,10 @@ class VRLTrainer(Trainer):
     * A method's loss is split in three (override them): ``embed(model, batch)``, the outputs that carry the
       gradient; ``loss_targets(model, batch)``, per-sample values without gradient (a frozen or momentum
       model's); ``objective(embedded, targets, batch)`` -> ``{"loss": ...}``. ``compute_loss`` is their
-      composition; with ``VRLTrainingArguments.micro_batch_size`` the training step runs them over the whole
-      per-device batch at the memory of one micro-batch (``hf_vrl.accumulation``), so a loss that couples
-      samples sees the whole batch. ``step_inputs(batch)`` adds what a training step draws besides the batch.
+      composition; with ``VRLTrainingArguments(accumulation="whole_batch")`` the training step runs them over
+      the micro-batches of an optimiser step at the memory of one (``hf_vrl.accumulation``), so a loss that
+      couples samples sees the whole step. ``step_inputs(batch)`` adds what a training step draws besides
+      the batch (once per optimiser step under whole-batch accumulation, shared out over the micro-batches).
     * ``compute_loss`` returns the per-micro-batch mean; the Trainer scales it for gradient accumulation.
     * ``remove_unused_columns`` is forced to ``False`` (with a warning when it was ``True``, the transformers
       default): the collators produce keys the model's ``forward`` does not name (``class_labels``,
@@ -130,6 +170,8 @@ class VRLTrainer(Trainer):
         self.add_callback(SaveAndStopOnSignal())  # SIGTERM / SIGINT during a run: checkpoint, then stop
         self.add_callback(TrainingClock())  # training time over resumes, kept in the checkpoints
         self.warmup_start_lr = warmup_start_lr
+        self._step_micro_batches: list[dict[str, Any]] = []  # whole_batch: this step's micro-batches so far
+        self._batch_samples: list[dict[str, Any]] = []  # the micro-batches of the step last read
         set_logging_dir(self, getattr(self.args, "logging_dir", None))
         if self.args.remove_unused_columns:
             logger.warning(
@@ -218,21 +260,44 @@ class VRLTrainer(Trainer):
         inputs: dict[str, Tensor | Any],
         num_items_in_batch: Tensor | int | None = None,
     ) -> Tensor:
-        """The Trainer's step; with ``micro_batch_size`` below the batch, GradCache over its micro-batches."""
-        inputs = self.step_inputs(inputs)
-        micro = getattr(self.args, "micro_batch_size", None)
-        chunks = self.args.per_device_train_batch_size // micro if micro else 1
-        if chunks == 1:
-            return super().training_step(model, inputs, num_items_in_batch)
+        """The Trainer's step on one micro-batch; with whole-batch accumulation the micro-batches of an
+        optimiser step are collected (on the host) and the last call runs GradCache over all of them."""
+        if not self._whole_batch:
+            return super().training_step(model, self.step_inputs(inputs), num_items_in_batch)
+        self._step_micro_batches.append(inputs)
+        if len(self._step_micro_batches) < self.current_gradient_accumulation_steps:
+            return torch.zeros((), device=self.args.device)  # the step's loss comes with its last micro-batch
+        chunks, self._step_micro_batches = self._step_micro_batches, []
+        return self._whole_batch_step(model, chunks)
+
+    def get_batch_samples(
+        self, epoch_iterator: Any, num_batches: int, device: torch.device
+    ) -> tuple[list, Tensor | int | None]:
+        """The Trainer's, after releasing the previous step's micro-batches: the Trainer's loop keeps their
+        list until the new one is returned, which would hold two steps of data at once."""
+        self._batch_samples.clear()
+        self._batch_samples, count = super().get_batch_samples(epoch_iterator, num_batches, device)
+        return self._batch_samples, count
+
+    @property
+    def _whole_batch(self) -> bool:
+        """Whole-batch accumulation over more than one micro-batch per step."""
+        whole = getattr(self.args, "accumulation", "micro_batch") == "whole_batch"
+        return whole and self.args.gradient_accumulation_steps > 1
+
+    def _whole_batch_step(self, model: nn.Module, chunks: list[dict[str, Any]]) -> Tensor:
+        """GradCache over the step's micro-batches (``hf_vrl.accumulation``), each moved to the device only
+        while it is embedded; the objective's loss, which the gradient is of (no division by the micro-batch
+        count: it is one loss)."""
         model.train()
         if callable(getattr(self.optimizer, "train", None)):  # schedule-free optimisers, as the Trainer
             self.optimizer.train()
-        inputs = self._prepare_inputs(inputs)
+        chunks = self.micro_batches(chunks)
         with self.compute_loss_context_manager():
             values = whole_batch_backward(
                 model,
-                self.micro_batches(inputs, chunks),
-                inputs,
+                chunks,
+                JoinedBatch(chunks, self._prepare_input),
                 embed=self.embed,
                 loss_targets=self.loss_targets,
                 objective=self.objective,
@@ -240,13 +305,16 @@ class VRLTrainer(Trainer):
                 no_sync=partial(self.accelerator.no_sync, model),
                 shared=self.shared_outputs,
                 device=self.args.device,
+                prepare=self._prepare_inputs,
             )
-        return values["loss"] / self.current_gradient_accumulation_steps
+        return values["loss"]
 
-    def micro_batches(self, inputs: Mapping[str, Any], chunks: int) -> list[dict[str, Any]]:
-        """The micro-batches of a whole-batch step, in the order they are embedded (override to reorder or
-        separate parts; the last must reach every trained parameter under DDP)."""
-        return split_batch(inputs, chunks)
+    def micro_batches(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The micro-batches of a whole-batch step in the order they are embedded: each with its share of
+        what ``step_inputs`` draws beside the batch (override to reorder or separate parts; the last must
+        reach every trained parameter under DDP)."""
+        drawn = split_batch(self.step_inputs({}), len(chunks))
+        return [{**chunk, **part} for chunk, part in zip(chunks, drawn)]
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> TrainOutput:
         """``Trainer.train``, except that a checkpoint at (or past) ``max_steps`` is loaded, not trained."""
@@ -346,11 +414,14 @@ class VRLTrainer(Trainer):
         is_training: bool = False,
         dataloader_key: str | None = None,
     ) -> DataLoader:
-        """The Trainer's DataLoader; a training stream also drops its last partial batch (per worker)."""
+        """The Trainer's DataLoader; a training stream also drops its last partial batch (per worker). Under
+        whole-batch accumulation the training batches stay on the host (pinned where the Trainer pins), and
+        each reaches the device only while it is embedded (``_whole_batch_step``)."""
         if not (is_training and isinstance(dataset, IterableDataset)):
-            return super()._get_dataloader(
+            loader = super()._get_dataloader(
                 dataset, description, batch_size, sampler_fn, is_training, dataloader_key
             )
+            return self._keep_on_host(loader) if is_training else loader
         args = self.args
         per_process = getattr(dataset, "per_process", False)
         loader = DataLoader(
@@ -365,7 +436,7 @@ class VRLTrainer(Trainer):
             drop_last=args.dataloader_drop_last,
         )
         if not per_process:
-            return self.accelerator.prepare(loader)
+            return self._keep_on_host(self.accelerator.prepare(loader))
         # this process's share already: prepared as a single process's loader (no second split)
         prepared = prepare_data_loader(
             loader,
@@ -376,15 +447,27 @@ class VRLTrainer(Trainer):
             dispatch_batches=False,
         )
         self.accelerator._dataloaders.append(prepared)  # what Accelerator.prepare_data_loader records
-        return prepared
+        return self._keep_on_host(prepared)
+
+    def _keep_on_host(self, loader: DataLoader) -> DataLoader:
+        """Under whole-batch accumulation, the prepared training loader no longer moves batches to the device
+        (accelerate's `DataLoaderShard.device`; skip_first_batches carries it over on resume): the Trainer
+        collects a step's micro-batches before its first is trained, which would put them all there."""
+        if self._whole_batch and hasattr(loader, "device"):
+            loader.device = None
+        return loader
 
     def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
-        """A ``SeededDataset`` gets its ``SeededSampler``; anything else the Trainer's sampler."""
+        """A ``SeededDataset`` gets its ``SeededSampler``, each epoch cut to whole optimiser steps under
+        ``dataloader_drop_last`` (no partial step at an epoch's end, as open_clip and torch's drop_last);
+        anything else the Trainer's sampler."""
         from hf_vrl.run.data import SeededDataset, SeededSampler
 
         dataset = self.train_dataset if train_dataset is None else train_dataset
         if isinstance(dataset, SeededDataset):
-            return SeededSampler(len(dataset), dataset.seed)
+            args = self.args
+            step = self._train_batch_size * args.gradient_accumulation_steps * args.world_size
+            return SeededSampler(len(dataset), dataset.seed, step if args.dataloader_drop_last else 1)
         return super()._get_train_sampler(train_dataset)
 
     def prediction_step(
@@ -498,7 +581,7 @@ class ContrastiveTrainer(VRLTrainer):
     ``loss_fn`` replaces the objective; the default is ``clip_contrastive_loss`` with ``local_loss=True,
     gather_with_grad=True`` (the exact global-batch gradient at 1/N of the logits, open_clip's advice at
     scale). Methods that add terms extend ``embed`` / ``objective`` (DiVE). Over micro-batches
-    (``micro_batch_size``) the loss is that of the whole batch, negatives included. Logged extras:
+    (``accumulation="whole_batch"``) the loss is that of the whole step, negatives included. Logged extras:
     ``logit_scale`` and ``i2t_accuracy`` (in-batch image-to-text top-1 on the local batch). Under several
     processes keep every rank's batch the same size (all-gather needs equal shapes).
     """

@@ -24,6 +24,7 @@ TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_atte
 # a shift of all keys) into +-lr updates; comparisons of weights across process layouts use plain SGD.
 SGD = {"optim": "sgd", "learning_rate": 0.05}
 GLOBAL_BATCH, DIM, STEPS = 6, 5, 3
+TRAIN_STEPS = 5  # DiVETrainer's two-process run: crosses a pass of the reference and of the target rows
 
 
 def model(seed: int = 0):
@@ -164,15 +165,32 @@ def loss_worker(rank: int, port: int, out_dir: str) -> None:
     _shutdown()
 
 
+def global_draw_trainer(out_dir, batch: int) -> DiVETrainer:
+    """DiVE with B' = 4 from a 12-row reference set (3 draws per pass: the rows a draw holds depend on how
+    draws are laid out over processes) and 16 target rows as the run layer feeds them (a SeededDataset:
+    seeded order per epoch); TRAIN_STEPS steps of `batch` per process."""
+    from hf_vrl.run.data import SeededDataset
+
+    settings = DiVESettings(reference_dataset="tensor rows", reference_batch_size=4)
+    target = SeededDataset(rows(16, seed=1), seed=0)
+    reference = rows(12, seed=2)
+    run = trainer(
+        out_dir, settings, steps=TRAIN_STEPS, batch=batch, target=target, reference=reference, **SGD
+    )
+    run.data_collator = lambda batch: collate(
+        [{k: v for k, v in r.items() if k != "sample_seed"} for r in batch]
+    )
+    return run
+
+
 def trainer_worker(rank: int, port: int, out_dir: str) -> None:
-    """DiVETrainer on 2 CPU processes: B = 2 per rank, B' = 4 in all (2 per rank); rank r writes m and its
-    weights."""
+    """`global_draw_trainer` on 2 CPU processes, 2 target rows per rank (B' = 4 in all, 2 per rank); rank r
+    writes m, its weights and the losses."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
     )
     torch.set_num_threads(1)
-    settings = DiVESettings(reference_dataset="tensor rows", reference_batch_size=4)
-    run = trainer(out_dir, settings, steps=STEPS, batch=2, reference=rows(4, seed=2), **SGD)
+    run = global_draw_trainer(out_dir, batch=2)
     run.train()
     state = {f"param/{k}": v.detach().clone() for k, v in run.model.state_dict().items()}
     state |= {f"extra/{k}": v.cpu() for k, v in run.extra_state().items()}

@@ -172,9 +172,9 @@ def test_b16_recipe_training_arguments(tmp_path, processes, accumulation):
     recipe = (args.learning_rate, args.weight_decay, args.adam_beta1, args.adam_beta2, args.adam_epsilon)
     assert recipe == (5e-4, 0.5, 0.9, 0.98, 1e-8)
     assert args.warmup_steps == pytest.approx(1 / 40) and args.num_train_epochs == 40
-    # 4096 = 256 x processes x accumulation, the micro-batches ours (whole-batch accumulation, GradCache)
-    assert args.gradient_accumulation_steps == 1 and args.micro_batch_size == 256
-    assert args.per_device_train_batch_size == 256 * accumulation
+    # 4096 = 256 x processes x accumulation, one loss over the step (whole-batch accumulation, GradCache)
+    assert args.per_device_train_batch_size == 256 and args.gradient_accumulation_steps == accumulation
+    assert args.accumulation == "whole_batch"
     assert args.lr_scheduler_type == "cosine_with_min_lr" and args.lr_scheduler_kwargs == {"min_lr": 1e-5}
     assert args.max_grad_norm == 0 and args.dataloader_drop_last and not args.remove_unused_columns
 

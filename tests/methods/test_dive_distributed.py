@@ -1,6 +1,7 @@
 """DiVE over two gloo CPU processes: m is updated from the global reference batch (every rank holds the same
 m, the single-process m of the whole batch), the losses and gradients are the global batch's, and
-DiVETrainer on 2 processes reproduces one process on the global batches."""
+DiVETrainer on 2 processes reproduces one process, data included (reference batches drawn by global
+position)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,18 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from dive_helpers import (
-    SGD,
-    STEPS,
+    TRAIN_STEPS,
     WORLD_SIZE,
     global_batches,
+    global_draw_trainer,
     local_rows,
     loss_worker,
-    rows,
-    trainer,
     trainer_worker,
 )
 from safetensors.torch import load_file
 from test_dive_loss import reference_dive
 
 from hf_vrl.methods.dive.loss import dive_losses
-from hf_vrl.methods.dive.settings import DiVESettings
 from hf_vrl.methods.dive.sigmoid_loss import sigmoid_contrastive_loss
 
 
@@ -76,20 +74,19 @@ def test_sigmoid_loss_over_two_processes(loss_results):
         torch.testing.assert_close(result["sigmoid/txt_grad"], WORLD_SIZE * text_grad[local_rows(rank)])
 
 
-def test_trainer_on_two_processes_matches_one_process(tmp_path):
-    """B = B' = 2 per rank on a 4-sample reference set (each rank's shard is one batch) == one process with
-    B = B' = 4: the same m, losses and weights after 3 steps."""
+def test_two_processes_draw_the_data_of_one_process(tmp_path):
+    """Reference batches drawn by global position and map-style target rows: 2 processes x 2 give the run of
+    one process x 4 (data included: before, each rank drew its own reference rows with seed + 7919 x rank)."""
     mp.spawn(trainer_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
-    ranks = [load_file(str(tmp_path / f"rank{rank}.safetensors")) for rank in range(WORLD_SIZE)]
-    settings = DiVESettings(reference_dataset="tensor rows", reference_batch_size=4)
-    single = trainer(tmp_path / "single", settings, steps=STEPS, batch=4, reference=rows(4, seed=2), **SGD)
+    single = global_draw_trainer(tmp_path / "single", batch=4)
     single.train()
     losses = torch.tensor([h["loss"] for h in single.state.log_history if "loss" in h])
-    extra = single.extra_state()
-    for result in ranks:
+    for rank in range(WORLD_SIZE):
+        result = load_file(str(tmp_path / f"rank{rank}.safetensors"))
         torch.testing.assert_close(result["loss"], losses, rtol=1e-5, atol=1e-5)
-        for name, value in single.model.state_dict().items():
-            torch.testing.assert_close(result[f"param/{name}"], value, rtol=1e-4, atol=1e-6)
+        extra = single.extra_state()
         assert extra["avg_vector"].abs().sum() > 0  # the weights moved, so did m
         torch.testing.assert_close(result["extra/avg_vector"], extra["avg_vector"], rtol=1e-4, atol=1e-7)
-        assert int(result["extra/reference_batches"]) == STEPS
+        assert int(result["extra/reference_batches"]) == TRAIN_STEPS
+        for name, value in single.model.state_dict().items():
+            torch.testing.assert_close(result[f"param/{name}"], value, rtol=1e-4, atol=1e-6)

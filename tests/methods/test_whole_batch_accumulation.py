@@ -25,18 +25,18 @@ def gradients(run) -> list[dict[str, torch.Tensor]]:
 # -- DiVE: L_cl over the target batch, AVL / PVL and m over the reference batch ------------------------------
 
 
-def dive_run(out_dir, per_device: int, micro=None, accumulation_steps: int = 1, **settings):
+def dive_run(out_dir, micro: int, steps: int = 1, accumulation: str = "micro_batch", **settings):
     settings = DiVESettings(reference_dataset="rows", reference_batch_size=8, **settings)
     return trainer(
         out_dir,
         settings,
         steps=2,
-        batch=per_device,
+        batch=micro,
         dual_encoder=model().double(),
         target=rows(16, seed=1),
         reference=rows(16, seed=2),
-        micro_batch_size=micro,
-        gradient_accumulation_steps=accumulation_steps,
+        gradient_accumulation_steps=steps,
+        accumulation=accumulation,
         optim="sgd",
         learning_rate=0.05,
     )
@@ -46,8 +46,8 @@ def dive_run(out_dir, per_device: int, micro=None, accumulation_steps: int = 1, 
 def test_dive_over_micro_batches_is_dive_over_the_whole_batch(tmp_path, separate_backward):
     """Step 2 (u, v != 0 after step 1): the gradient of L_cl + lambda (AVL + PVL) and m are the batch's."""
     one = dive_run(tmp_path / "one", 8, separate_backward=separate_backward)
-    whole = dive_run(tmp_path / "whole", 8, micro=2, separate_backward=separate_backward)
-    plain = dive_run(tmp_path / "plain", 2, accumulation_steps=4, separate_backward=separate_backward)
+    whole = dive_run(tmp_path / "whole", 2, 4, "whole_batch", separate_backward=separate_backward)
+    plain = dive_run(tmp_path / "plain", 2, 4, separate_backward=separate_backward)
     want, got, other = gradients(one), gradients(whole), gradients(plain)
     assert [h["avl"] for h in one.state.log_history if "avl" in h][1] > 1e-6  # the term is live at step 2
     for step in range(2):
@@ -93,16 +93,16 @@ class _InferenceBatchNorm:
                 module.train = lambda mode=True, m=module: m
 
 
-def clue_run(out_dir, per_device: int, micro=None, accumulation_steps: int = 1):
+def clue_run(out_dir, micro: int, steps: int = 1, accumulation: str = "micro_batch"):
     data = seeded_rows(8)
     run = clue_trainer(
         out_dir,
         data,
         steps=1,
-        batch=per_device,
+        batch=micro,
         settings=tiny_settings(),
-        micro_batch_size=micro,
-        gradient_accumulation_steps=accumulation_steps,
+        gradient_accumulation_steps=steps,
+        accumulation=accumulation,
         train_sampling_strategy="sequential",
     )
     run.model.double()
@@ -116,10 +116,27 @@ def clue_run(out_dir, per_device: int, micro=None, accumulation_steps: int = 1):
 
 def test_clue_over_micro_batches_is_clue_over_the_whole_batch(tmp_path):
     want = gradients(clue_run(tmp_path / "one", 8))[0]
-    got = gradients(clue_run(tmp_path / "whole", 8, micro=2))[0]
-    other = gradients(clue_run(tmp_path / "plain", 2, accumulation_steps=4))[0]
+    got = gradients(clue_run(tmp_path / "whole", 2, 4, "whole_batch"))[0]
+    other = gradients(clue_run(tmp_path / "plain", 2, 4))[0]
     assert_same_gradients(got, want, rtol=1e-8, atol=1e-10)
     assert relative_gap(other, want) > 1e-3  # Sinkhorn over 2 samples is another target
+
+
+@pytest.mark.parametrize(("micro", "steps"), [(2, 4), (8, 1)])
+def test_batchnorm_normalises_what_the_run_says(tmp_path, micro, steps):
+    """What --print-config states is what trains: each BatchNorm call of a CLUE step sees one micro-batch."""
+    from hf_vrl.run.batch import batchnorm_sees, plan_batches
+
+    run = clue_trainer(tmp_path, seeded_rows(8), steps=1, batch=micro, settings=tiny_settings(),
+                       gradient_accumulation_steps=steps, accumulation="whole_batch")  # fmt: skip
+    seen = []
+    norm = next(m for m in run.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm))
+    norm.register_forward_pre_hook(
+        lambda module, args: seen.append(len(args[0])) if module.training else None
+    )
+    run.train()
+    plan = plan_batches(micro, 1, global_batch_size=8)
+    assert set(seen) == {micro} and batchnorm_sees(plan, sync=True).startswith(f"{micro} samples")
 
 
 def test_clue_objective_under_bf16_keeps_fp32_targets():
@@ -151,8 +168,9 @@ def test_diffclip_step_under_bf16_is_close_to_fp32(tmp_path):
     losses = {}
     for bf16 in (False, True):
         args = VRLTrainingArguments(
-            output_dir=str(tmp_path / str(bf16)), per_device_train_batch_size=8, micro_batch_size=4,
-            max_steps=1, use_cpu=True, report_to="none", bf16=bf16, save_strategy="no", logging_steps=1,
+            output_dir=str(tmp_path / str(bf16)), per_device_train_batch_size=4, accumulation="whole_batch",
+            gradient_accumulation_steps=2, max_steps=1, use_cpu=True, report_to="none", bf16=bf16,
+            save_strategy="no", logging_steps=1,
             remove_unused_columns=False, train_sampling_strategy="sequential", disable_tqdm=True,
         )  # fmt: skip
         run = ContrastiveTrainer(
@@ -168,16 +186,16 @@ def test_siglip_sigmoid_loss_over_micro_batches_is_the_whole_batch_loss(tmp_path
     """SigLIP's sigmoid loss couples every image with every caption, and its bias is a shared output."""
     from dive_helpers import tiny_siglip
 
-    def run(name, per_device, micro=None, accumulation_steps=1):
+    def run(name, micro, steps=1, accumulation="micro_batch"):
         return trainer(
-            tmp_path / name, DiVESettings(objective="flyp"), steps=1, batch=per_device,
-            dual_encoder=tiny_siglip().double(), target=rows(8, seed=1), micro_batch_size=micro,
-            gradient_accumulation_steps=accumulation_steps, optim="sgd", learning_rate=0.05,
+            tmp_path / name, DiVESettings(objective="flyp"), steps=1, batch=micro,
+            dual_encoder=tiny_siglip().double(), target=rows(8, seed=1), gradient_accumulation_steps=steps,
+            accumulation=accumulation, optim="sgd", learning_rate=0.05,
         )  # fmt: skip
 
     want = gradients(run("one", 8))[0]
-    got = gradients(run("whole", 8, micro=2))[0]
-    other = gradients(run("plain", 2, accumulation_steps=4))[0]
+    got = gradients(run("whole", 2, 4, "whole_batch"))[0]
+    other = gradients(run("plain", 2, 4))[0]
     assert "logit_bias" in got and "logit_scale" in got
     assert_same_gradients(got, want, rtol=1e-8, atol=1e-10)
     assert relative_gap(other, want) > 1e-3

@@ -8,9 +8,15 @@
   micro-batch; `micro_batch`: the Trainer's plain accumulation, each micro-batch's loss over its own samples
   (and those the other processes hold in the same micro-step).
 
+The Trainer sees the plan as it is: `per_device_train_batch_size` = the micro-batch (what the DataLoader
+yields), `gradient_accumulation_steps` = the micro-batches per process and step, and `accumulation` (a
+`VRLTrainingArguments` field) says what the loss sees over them.
+
 With `whole_batch` the micro-batch only trades memory for passes, so a process's share that `batch_size`
 does not divide is split into the largest micro-batches below `batch_size` that divide it; with
-`micro_batch` it is part of the method (DCR's B^2 grid) and must divide the share exactly.
+`micro_batch` it is part of the method (DCR's B^2 grid): a share `batch_size` does not divide is refused,
+and a share smaller than `batch_size` (the paper's global batch on many processes) is one micro-batch, which
+the run states (`describe`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 
 from hf_vrl.errors import UserError
 
-__all__ = ["ACCUMULATION", "BatchPlan", "contrastive_sees", "plan_batches", "process_count"]
+__all__ = ["ACCUMULATION", "BatchPlan", "batchnorm_sees", "contrastive_sees", "plan_batches", "process_count"]
 
 ACCUMULATION = ("whole_batch", "micro_batch")
 
@@ -54,16 +60,6 @@ class BatchPlan:
     def local_loss_batch(self) -> int:
         """Samples one evaluation of a loss sees when it stays within a process (DCR's B^2 grid)."""
         return self.per_process if self.accumulation == "whole_batch" else self.micro_batch
-
-    @property
-    def trainer_batch(self) -> int:
-        """The Trainer's per-device batch: a process's whole share (whole_batch) or one micro-batch."""
-        return self.per_process if self.accumulation == "whole_batch" else self.micro_batch
-
-    @property
-    def trainer_accumulation(self) -> int:
-        """The Trainer's gradient-accumulation steps (1 with whole_batch: the micro-batches are ours)."""
-        return 1 if self.accumulation == "whole_batch" else self.accumulation_steps
 
     def describe(self, terms: dict[str, str] | None = None) -> str:
         """Lines for `--print-config` and the run log: the layout, then what each loss term sees."""
@@ -107,6 +103,8 @@ def plan_batches(
         )
     share = global_batch_size // processes
     if accumulation == "micro_batch":
+        if share < batch_size:  # the global batch over many processes: the share is the micro-batch
+            return BatchPlan(share, processes, 1, accumulation)
         if share % batch_size:
             raise UserError(
                 f"global_batch_size {global_batch_size} over {processes} process(es) is {share} per process, "
@@ -124,3 +122,28 @@ def contrastive_sees(plan: BatchPlan) -> str:
     return (
         f"{plan.loss_batch} pairs ({plan.loss_batch - 1} negatives each): every process's samples of {where}"
     )
+
+
+def batchnorm_sees(plan: BatchPlan, sync: bool) -> str:
+    """How many samples a BatchNorm layer normalises over under `plan` (`sync`: SyncBatchNorm, which joins the
+    processes' micro-batches on GPUs), and the layout that gives it the whole step when it sees less.
+
+    BatchNorm normalises one forward pass: under whole-batch accumulation, one micro-batch. Its statistics
+    cannot cover several micro-batches at a micro-batch's memory (each layer's statistics depend on the
+    earlier layers normalised with theirs, and its gradient reaches every sample it normalised), so the
+    remedy is the layout: one micro-batch per process, joined by SyncBatchNorm on GPUs."""
+    micro, processes = plan.micro_batch, plan.processes
+    if sync and processes > 1:
+        seen = (
+            f"{micro * processes} samples on GPUs (a micro-batch of {micro} x {processes} processes, "
+            f"SyncBatchNorm), {micro} on CPUs (each process its own)"
+        )
+    else:
+        seen = f"{micro} samples (one micro-batch of one process)"
+    if plan.accumulation_steps > 1:
+        joined = " x the processes (SyncBatchNorm on GPUs)" if sync and processes > 1 else ""
+        seen += (
+            f"; not the step's {plan.global_batch}: --batch-size {plan.per_process} (one micro-batch per "
+            f"process{joined}) gives it all, memory permitting"
+        )
+    return seen

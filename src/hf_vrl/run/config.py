@@ -151,7 +151,18 @@ class OptimConfig:
         "over its own samples)",
     )
     max_steps: int | None = setting(
-        None, "optimiser steps (overrides num_train_epochs; needed for streamed data)", check=at_least(1)
+        None,
+        "optimiser steps of the run's training, of its last stage where there are several (dcr: stage 2 or "
+        "end_to_end; dive lp_ft: the fine-tuning); overrides num_train_epochs; needed for streamed data. "
+        "Earlier stages and the toy models a run trains for itself have budgets of their own (the method's "
+        "section); step_limit bounds them all",
+        check=at_least(1),
+    )
+    step_limit: int | None = setting(
+        None,
+        "at most this many optimiser steps in every training loop of the run: each stage and each toy model "
+        "the run trains for itself (a short trial of a whole run); none: every loop its own budget",
+        check=at_least(1),
     )
     num_train_epochs: float = setting(1.0, "passes over the training data", check=at_least(1e-9))
     learning_rate: float = setting(1e-4, "peak learning rate", check=at_least(1e-12))

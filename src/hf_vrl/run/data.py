@@ -5,7 +5,7 @@ ahead. So every training row carries `sample_seed`, a hash of (run seed, epoch, 
 their augmentation from it (`torch.Generator().manual_seed(row["sample_seed"])`), never from a global RNG.
 
 * Map-style data: `SeededDataset` + `SeededSampler`, whose permutation of each epoch is a function of
-  (seed, epoch) and which hands the epoch to the dataset with each index.
+  (seed, epoch), cut to whole optimiser steps, and which hands the epoch to the dataset with each index.
 * Streams: `SeededStream`, this process's share of the shards (`split_dataset_by_node`), read pass after pass
   without end (each pass reshuffled by (seed, pass)), so every batch is full, every process gets the same
   number of batches, and the Trainer's resume (which skips the batches already trained) lands on the same
@@ -57,23 +57,28 @@ class SeededDataset(Dataset):
 
 
 class SeededSampler(Sampler):
-    """A random permutation per epoch, a function of (seed, epoch) only, yielding `(index, epoch)` pairs."""
+    """A random permutation per epoch, a function of (seed, epoch) only, yielding `(index, epoch)` pairs; with
+    `step` (samples per optimiser step over all processes) each epoch ends at its last whole step, so no
+    step is partial and the schedule's step count is the steps run (the permutation's tail differs every
+    epoch, as with torch's drop_last)."""
 
-    def __init__(self, size: int, seed: int):
+    def __init__(self, size: int, seed: int, step: int = 1):
         self.size = size
         self.seed = seed
+        self.step = step
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
-        return self.size
+        return self.size // self.step * self.step
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         epoch = self.epoch
-        return ((index, epoch) for index in torch.randperm(self.size, generator=generator).tolist())
+        order = torch.randperm(self.size, generator=generator)[: len(self)]
+        return ((index, epoch) for index in order.tolist())
 
 
 class SeededStream(IterableDataset):

@@ -136,6 +136,14 @@ class Run:
         """The step's layout on this run's processes (`hf_vrl.run.batch.BatchPlan`)."""
         return self.config.batch_plan(self.world_size)
 
+    def step_budget(self, steps: int | None) -> int | None:
+        """The optimiser steps of a training loop of this run: `steps` (None: by epochs), bounded by
+        `optim.step_limit` (a trial of every loop)."""
+        limit = self.config.optim.step_limit
+        if limit is None:
+            return steps
+        return limit if steps is None else min(limit, steps)
+
     def training_arguments(
         self,
         stage: str,
@@ -152,7 +160,7 @@ class Run:
         plan = self.batch_plan()
         cuda = torch.cuda.is_available()
         precision = self.precision()
-        steps = max_steps if max_steps is not None else optim.max_steps
+        steps = self.step_budget(max_steps if max_steps is not None else optim.max_steps)
         warmup = warmup_steps if warmup_steps is not None else optim.warmup_steps
         optimizer = {"adamw": "adamw_torch", "adamw_fused": "adamw_torch_fused", "sgd": "sgd"}[
             optim.optimizer
@@ -161,9 +169,9 @@ class Run:
             output_dir=str(self.dir.checkpoints(stage)),
             max_steps=steps if steps is not None else -1,
             num_train_epochs=optim.num_train_epochs,
-            per_device_train_batch_size=plan.trainer_batch,
-            gradient_accumulation_steps=plan.trainer_accumulation,
-            micro_batch_size=plan.micro_batch if plan.trainer_batch > plan.micro_batch else None,
+            per_device_train_batch_size=plan.micro_batch,
+            gradient_accumulation_steps=plan.accumulation_steps,
+            accumulation=plan.accumulation,
             learning_rate=learning_rate if learning_rate is not None else optim.learning_rate,
             weight_decay=optim.weight_decay,
             lr_scheduler_type="cosine_with_min_lr" if optim.min_learning_rate else optim.lr_scheduler,

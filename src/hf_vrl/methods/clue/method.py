@@ -20,7 +20,7 @@ from torch import nn
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.clue.settings import CLUEMethodFields, CLUEModelFields, CLUESettings
-from hf_vrl.run.batch import BatchPlan
+from hf_vrl.run.batch import BatchPlan, batchnorm_sees
 from hf_vrl.run.config import OptimConfig, RunConfig, at_least, setting
 from hf_vrl.run.runner import Method
 
@@ -41,14 +41,16 @@ class CLUEModelConfig(CLUEModelFields):
     backbone_pretrain_steps: int = setting(
         0,
         "toy world only (dataset shapes, backbone_config): first train the backbone to name the shape of "
-        "separate shapes-world images for this many SGD steps, a stand-in for ImageNet weights",
+        "separate shapes-world images for this many SGD steps (at most --step-limit), a stand-in for "
+        "ImageNet weights",
         check=at_least(0),
     )
     text_encoder_pretrain_steps: int = setting(
         0,
         "toy world only (dataset shapes, text_encoder a config-only folder such as tiny-clip): first train "
-        "that CLIP with the CLIP loss on separate shapes-world image-caption pairs for this many steps, a "
-        "stand-in for pretrained CLIP weights; its text tower then embeds the descriptions",
+        "that CLIP with the CLIP loss on separate shapes-world image-caption pairs for this many steps (at "
+        "most --step-limit), a stand-in for pretrained CLIP weights; its text tower then embeds the "
+        "descriptions",
         check=at_least(0),
     )
 
@@ -125,13 +127,7 @@ class CLUERunConfig(RunConfig):
         terms = {"Sinkhorn targets, soft-InfoNCE (Eq. 5-6)": columns}
         if self.clue.gamma:
             terms["text alignment (Eq. 7)"] = columns
-        per_process = f"per micro-batch of {plan.micro_batch} samples and process"
-        if self.clue.sync_batchnorm and plan.processes > 1:
-            per_process = (
-                f"per micro-batch of {plan.micro_batch} samples x {plan.processes} processes on GPUs "
-                f"(SyncBatchNorm); {per_process} on CPUs"
-            )
-        terms["BatchNorm statistics"] = per_process
+        terms["BatchNorm statistics"] = batchnorm_sees(plan, self.clue.sync_batchnorm)
         return terms
 
 
@@ -181,7 +177,7 @@ class CLUEMethod(Method):
         from hf_vrl.methods.clue.miniature import pretrain_backbone
         from hf_vrl.run.layout import atomic_dir
 
-        steps = self.config.model.backbone_pretrain_steps
+        steps = self.run.step_budget(self.config.model.backbone_pretrain_steps)
         if not steps:
             return None
         folder = self.run.dir.inputs / "backbone"
@@ -204,7 +200,7 @@ class CLUEMethod(Method):
         from hf_vrl.methods.clue.miniature import pretrain_text_encoder
         from hf_vrl.run.layout import atomic_dir
 
-        steps = self.config.model.text_encoder_pretrain_steps
+        steps = self.run.step_budget(self.config.model.text_encoder_pretrain_steps)
         if not steps or not self.config.clue.gamma:
             return None
         folder = self.run.dir.inputs / "text_encoder"

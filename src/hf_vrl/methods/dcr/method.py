@@ -48,7 +48,10 @@ class DCRModelConfig:
         "tiny-clip", "CLIP / MetaCLIP / SigLIP checkpoint to enhance (Hub id, local folder or preset)"
     )
     clip_pretrain_steps: int = setting(
-        0, "toy world only: first train `clip` from its config with the CLIP loss", check=at_least(0)
+        0,
+        "toy world only: first train `clip` from its config with the CLIP loss, this many steps (at most "
+        "--step-limit)",
+        check=at_least(0),
     )
     clip_blind_to: list[str] = setting(
         help="toy world only: the toy CLIP's captions never mention these factors (e.g. colour), while the "
@@ -68,12 +71,14 @@ class DCRModelConfig:
 @dataclass
 class DCRSettings:
     """DCR's own settings (the stage-2 / end-to-end length and learning rate are --max-steps and
-    --learning-rate)."""
+    --learning-rate; --step-limit bounds every stage and toy model)."""
 
     stage: Literal["both", "1", "2", "end_to_end"] = setting(
         "both", "stages to run: both, 1 (projector only), 2 (after a finished stage 1), end_to_end (Table 4b)"
     )
-    stage1_steps: int = setting(4600, "stage-1 (projector alignment) steps", check=at_least(1))
+    stage1_steps: int = setting(
+        4600, "stage-1 (projector alignment) steps (at most --step-limit)", check=at_least(1)
+    )
     stage1_learning_rate: float = setting(1e-4, "stage-1 learning rate", check=at_least(1e-12))
     diffusion: str = setting(
         "tiny",
@@ -81,7 +86,7 @@ class DCRSettings:
         "mirror Manojb/stable-diffusion-2-1-base or a local copy), or 'tiny' for the toy-world model",
     )
     diffusion_pretrain_steps: int = setting(
-        300, "with diffusion=tiny: denoiser training steps", check=at_least(1)
+        300, "with diffusion=tiny: denoiser training steps (at most --step-limit)", check=at_least(1)
     )
     diffusion_dtype: Literal["bfloat16", "float16", "float32"] = setting(
         "float32", "dtype of the frozen UNet / VAE"
@@ -211,11 +216,17 @@ class DCRRunConfig(RunConfig):
         return problems
 
     def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
-        b = plan.local_loss_batch
-        return {
-            "Eq. 12 (contrastive over predicted noises)": f"the {b} x {b} grid of one process's micro-batch "
-            f"({b - 1} negatives per image; not gathered across processes, as the official code)"
-        }
+        b, wanted = plan.local_loss_batch, self.optim.batch_size
+        grid = (
+            f"the {b} x {b} grid of one process's micro-batch ({b - 1} negative{'s' * (b != 2)} per image; "
+            "not gathered across processes, as the official code)"
+        )
+        if b < wanted:
+            grid += (
+                f"; batch_size is {wanted}, but the global batch over {plan.processes} processes leaves {b} "
+                f"per process: --global-batch-size {wanted * plan.processes} keeps {wanted}-image grids"
+            )
+        return {"Eq. 12 (contrastive over predicted noises)": grid}
 
 
 class DCRMethod(Method):
@@ -276,7 +287,7 @@ class DCRMethod(Method):
                         clip,
                         blind,
                         folder,
-                        model.clip_pretrain_steps,
+                        run.step_budget(model.clip_pretrain_steps),
                         batch_size=min(64, len(blind)),
                         seed=self.config.seed,
                     )
@@ -289,7 +300,7 @@ class DCRMethod(Method):
                         folder,
                         text_encoder,
                         data,
-                        dcr.diffusion_pretrain_steps,
+                        run.step_budget(dcr.diffusion_pretrain_steps),
                         self.image_size,
                         batch_size=min(64, len(data)),
                         seed=self.config.seed,
@@ -307,7 +318,7 @@ class DCRMethod(Method):
 
         folder = self.run.dir.inputs / "sd-text-clip"
         if not folder.is_dir():
-            steps = self.config.model.clip_pretrain_steps
+            steps = self.run.step_budget(self.config.model.clip_pretrain_steps)
             with atomic_dir(folder) as staging:
                 toy.pretrain_clip(
                     self.base, data, staging, steps, batch_size=min(64, len(data)), seed=self.config.seed

@@ -6,10 +6,13 @@ distribution). The template is drawn from ``torch.Generator().manual_seed(row["s
 layer adds that column (so a resumed run draws the same captions), else from torch's global RNG.
 
 The reference set (CC3M, COCO, Flickr, any image-caption dataset) is read by `ReferenceLoader`: an endless
-stream of batches of B' pairs for this process, whose position (batches drawn) is checkpointed, so a resumed
-run continues with the very batch it would have drawn. Reference images are preprocessed deterministically
-(the model's image processor, no augmentation): the frozen model's embedding of a reference sample is a
-fixed function of the sample, which is what makes the embedding cache exact.
+stream of reference batches, whose position (batches drawn) is checkpointed, so a resumed run continues with
+the very batch it would have drawn. A map-style set is drawn by global position: draw b of pass p is rows
+b·G .. (b+1)·G of a permutation seeded by (seed, p), G the rows of a draw over all processes, and process r
+takes its r-th slice, so the rows of every draw (and the run's result) do not depend on the process count.
+Reference images are preprocessed deterministically (the model's image processor, no augmentation): the
+frozen model's embedding of a reference sample is a fixed function of the sample, which is what makes the
+embedding cache exact.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ __all__ = [
     "select_classes",
 ]
 
-REFERENCE_INDEX = "reference_index"  # a reference sample's position in this process's shard (the cache key)
+REFERENCE_INDEX = "reference_index"  # a reference sample's row in the reference set (the cache key)
 SAMPLE_SEED = "sample_seed"
 
 
@@ -140,28 +143,29 @@ class ReferenceCollator:
         return batch
 
 
-class _Shard(Dataset):
-    """This process's share of a map-style dataset: rows rank, rank + N, ... (equal lengths on every rank),
-    each returned with its position in the shard."""
+class _Indexed(Dataset):
+    """A map-style dataset whose rows carry their index (`REFERENCE_INDEX`)."""
 
-    def __init__(self, dataset: Any, rank: int, world_size: int) -> None:
-        self.dataset, self.rank, self.world_size = dataset, rank, world_size
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
 
     def __len__(self) -> int:
-        return len(self.dataset) // self.world_size
+        return len(self.dataset)
 
-    def __getitem__(self, position: int) -> dict[str, Any]:
-        row = self.dataset[self.rank + position * self.world_size]
-        return {**row, REFERENCE_INDEX: position}
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {**self.dataset[index], REFERENCE_INDEX: index}
 
 
-class _Passes(Sampler):
-    """Endless batches of shard positions: pass p is a permutation seeded by (seed, p), cut into full batches;
-    starts after `start` batches."""
+class _GlobalDraws(Sampler):
+    """Endless draws of `rows` x `world_size` row indices by global position (the module docstring), this
+    process's slice of each: pass p is a permutation seeded by (seed, p), cut into whole draws; starts after
+    `start` draws."""
 
-    def __init__(self, size: int, batch_size: int, seed: int, start: int) -> None:
-        self.size, self.batch_size, self.seed, self.start = size, batch_size, seed, start
-        self.per_pass = size // batch_size
+    def __init__(self, size: int, rows: int, seed: int, start: int, rank: int, world_size: int) -> None:
+        self.size, self.rows, self.seed, self.start = size, rows, seed, start
+        self.draw = rows * world_size
+        self.slice = slice(rank * rows, (rank + 1) * rows)
+        self.per_pass = size // self.draw
 
     def __iter__(self) -> Iterator[list[int]]:
         epoch, first = divmod(self.start, self.per_pass)
@@ -170,18 +174,20 @@ class _Passes(Sampler):
                 self.size, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             )
             for b in range(first, self.per_pass):
-                yield order[b * self.batch_size : (b + 1) * self.batch_size].tolist()
+                yield order[b * self.draw : (b + 1) * self.draw][self.slice].tolist()
             epoch, first = epoch + 1, 0
 
 
 class ReferenceLoader:
     """Endless reference batches of `batch_size` pairs for process `rank` of `world_size`.
 
-    Map-style sets are sharded (rank, rank + N, ...) and reshuffled every pass with a seed of (seed,
-    pass); batches carry `reference_index`, the sample's position in the shard. Streams are split between
-    processes (`datasets.distributed.split_dataset_by_node`) and restarted with `set_epoch(pass)` at their
-    end. `drawn` counts the batches handed out; a loader built with `start=drawn` continues exactly there
-    (a map-style set jumps to it; a stream reads and drops the batches before it).
+    Map-style sets are drawn by global position (the module docstring: a draw is `batch_size` x `world_size`
+    rows, the same rows on any process count), reshuffled every pass with a seed of (seed, pass); batches
+    carry `reference_index`, the sample's row in the set. Streams are split between processes
+    (`datasets.distributed.split_dataset_by_node`, as the run's training streams: their rows depend on the
+    process count) and restarted with `set_epoch(pass)` at their end. `drawn` counts the batches handed out;
+    a loader built with `start=drawn` continues exactly there (a map-style set jumps to it; a stream reads
+    and drops the batches before it).
     """
 
     def __init__(
@@ -200,10 +206,11 @@ class ReferenceLoader:
         self.rank, self.world_size, self.num_workers = rank, world_size, num_workers
         self.collate = ReferenceCollator(collate)
         self.streaming = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
-        if not self.streaming and len(dataset) // world_size < batch_size:
+        if not self.streaming and len(dataset) < batch_size * world_size:
             raise UserError(
-                f"the reference set has {len(dataset)} samples, fewer than one batch of {batch_size} for "
-                f"each of {world_size} processes: use a larger set or a smaller reference_batch_size."
+                f"the reference set has {len(dataset)} samples, fewer than one draw of "
+                f"{batch_size * world_size} reference pairs: use a larger set or a smaller "
+                "reference_batch_size."
             )
         self.drawn = start
         self._batches = self._stream_batches() if self.streaming else self._map_batches()
@@ -212,9 +219,10 @@ class ReferenceLoader:
         return DataLoader(dataset, collate_fn=self.collate, num_workers=self.num_workers, **kwargs)
 
     def _map_batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        shard = _Shard(self.dataset, self.rank, self.world_size)
-        sampler = _Passes(len(shard), self.batch_size, self.seed + 7919 * self.rank, self.drawn)
-        return iter(self._loader(shard, batch_sampler=sampler))
+        draws = _GlobalDraws(
+            len(self.dataset), self.batch_size, self.seed, self.drawn, self.rank, self.world_size
+        )
+        return iter(self._loader(_Indexed(self.dataset), batch_sampler=draws))
 
     def _stream_batches(self) -> Iterator[dict[str, torch.Tensor]]:
         from datasets.distributed import split_dataset_by_node

@@ -54,7 +54,7 @@ class DiVEModelConfig:
     pretrain_steps: int = setting(
         0,
         "toy world only: first pre-train `pretrained` from its config with the CLIP loss on pretrain_data "
-        "(into <run>/inputs/pretrained)",
+        "(into <run>/inputs/pretrained), this many steps (at most --step-limit)",
         check=at_least(0),
     )
     pretrain_data: dict = setting(
@@ -185,7 +185,8 @@ class DiVEMethod(Method):
         folder = self.run.dir.inputs / "pretrained"
         if self.run.is_main and not folder.is_dir():
             with atomic_dir(folder) as staging:
-                pretrain_toy_clip(model, staging, seed=self.config.seed)
+                steps = self.run.step_budget(model.pretrain_steps)
+                pretrain_toy_clip(model, staging, steps=steps, seed=self.config.seed)
         PartialState().wait_for_everyone()
         return str(folder)
 
@@ -496,9 +497,9 @@ def run_report_section(report: dict[str, Any]) -> dict[str, Any]:
     return section
 
 
-def pretrain_toy_clip(model: DiVEModelConfig, out_dir: Path, seed: int) -> Path:
+def pretrain_toy_clip(model: DiVEModelConfig, out_dir: Path, steps: int, seed: int) -> Path:
     """The toy world's pre-trained CLIP: `model.pretrained` (a config-only folder) at `model.image_size`,
-    trained with the CLIP loss on the `pretrain_data` mix."""
+    trained `steps` steps with the CLIP loss on the `pretrain_data` mix."""
     import tempfile
 
     from datasets import concatenate_datasets
@@ -519,7 +520,7 @@ def pretrain_toy_clip(model: DiVEModelConfig, out_dir: Path, seed: int) -> Path:
             toy_model_dir(model.pretrained, Path(config_dir), model.image_size),
             mix,
             out_dir,
-            steps=model.pretrain_steps,
+            steps=steps,
             batch_size=min(model.pretrain_batch_size, len(mix)),
             learning_rate=model.pretrain_learning_rate,
             seed=seed,

@@ -107,8 +107,8 @@ class DiVESettings:
     )
     lp_steps: int | None = setting(
         None,
-        "lp_ft: optimiser steps of the linear-probing stage (default: as many as the fine-tuning stage); the "
-        "paper gives neither its length nor its learning rate",
+        "lp_ft: optimiser steps of the linear-probing stage (default: as many as the fine-tuning stage; at "
+        "most --step-limit); the paper gives neither its length nor its learning rate",
         check=at_least(1),
     )
     lp_learning_rate: float | None = setting(

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from hf_vrl.accumulation import split_batch
 from hf_vrl.errors import UserError
 from hf_vrl.methods.dive.data import ReferenceLoader
 from hf_vrl.methods.dive.frozen import FrozenReference, embed_pair
@@ -101,7 +100,7 @@ class DiVETrainer(ContrastiveTrainer):
                     "frozen_embeddings='cache' needs a map-style reference set (a stream has no sample "
                     "index): save_to_disk a subset, or use frozen_embeddings='forward'."
                 )
-            cache_size = len(self.reference_dataset) // self.args.world_size
+            cache_size = len(self.reference_dataset)  # draws by global position reach any row
         dtype = DTYPES[self.settings.frozen_dtype] if self.settings.frozen_dtype else None
         frozen = FrozenReference(
             model, mode=self.settings.frozen_embeddings, dtype=dtype, cache_size=cache_size
@@ -130,16 +129,21 @@ class DiVETrainer(ContrastiveTrainer):
 
     @property
     def reference_rows(self) -> int:
-        """Reference pairs per process and training step call: B' (global, per optimiser step) over the
-        processes and the Trainer's accumulation steps; B' defaults to the global target batch."""
-        per_call = self.args.world_size * self.args.gradient_accumulation_steps
-        total = self.settings.reference_batch_size or self.args.per_device_train_batch_size * per_call
-        if total % per_call:
+        """Reference pairs per process and draw: B' (global, per optimiser step; default the global target
+        batch) over the processes, and over the micro-batches under plain accumulation (a draw per
+        micro-batch; whole-batch accumulation draws once per step and splits it over the micro-batches)."""
+        args = self.args
+        steps = args.gradient_accumulation_steps
+        total = (
+            self.settings.reference_batch_size or args.per_device_train_batch_size * steps * args.world_size
+        )
+        per_draw = args.world_size * (1 if self._whole_batch else steps)
+        if total % (args.world_size * steps):
             raise UserError(
                 f"dive.reference_batch_size ({total}) must be a multiple of processes x accumulation steps "
-                f"({per_call})"
+                f"({args.world_size * steps})"
             )
-        return total // per_call
+        return total // per_draw
 
     def step_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The target batch and, for objectives with a reference term, the next reference batch."""
@@ -147,11 +151,11 @@ class DiVETrainer(ContrastiveTrainer):
             return inputs
         return {**inputs, "reference": self._next_reference()}
 
-    def micro_batches(self, inputs: dict[str, Any], chunks: int) -> list[dict[str, Any]]:
+    def micro_batches(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """With `separate_backward`, the reference micro-batches first, then the target ones (which reach
         every trained parameter, as DDP needs of the last); else both halves in each micro-batch."""
-        parts = split_batch(inputs, chunks)
-        if not (self.settings.separate_backward and "reference" in inputs):
+        parts = super().micro_batches(chunks)
+        if not (self.settings.separate_backward and "reference" in parts[0]):
             return parts
         reference = [{"reference": part.pop("reference")} for part in parts]
         return reference + parts
