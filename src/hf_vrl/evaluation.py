@@ -225,11 +225,13 @@ def evaluate_mmvp(
     pairs: Any,
     *,
     batch_size: int = 64,
+    allow_partial: bool = False,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """MMVP-VLM score on a pairs dataset or an official MMVP-VLM directory (see `hf_vrl.metrics.mmvp`)."""
+    """MMVP-VLM score on a pairs dataset or an official MMVP-VLM directory (see `hf_vrl.metrics.mmvp`; a
+    directory of other than the 135 pairs is refused unless `allow_partial`)."""
     if isinstance(pairs, (str, Path)):
-        pairs = metrics.load_mmvp_vlm(pairs)
+        pairs = metrics.load_mmvp_vlm(pairs, allow_partial=allow_partial)
     logits = mmvp_logits(model, image_processor, tokenizer, pairs, batch_size=batch_size, **kwargs)
     return metrics.mmvp_score(logits, pairs["category"][:])
 
@@ -274,7 +276,7 @@ def zero_shot_prompts(
             raise UserError(
                 f"no template set named {templates!r}; choose from {', '.join(prompts.OPENAI_TEMPLATES)}"
             )
-        return ZeroShotPrompts(prompts.OPENAI_TEMPLATES[key], fill, f"openai:{key}")
+        return ZeroShotPrompts(prompts.ZERO_SHOT_SETS[key], fill, f"{prompts.template_source(key)}:{key}")
     if templates is not None:
         if not templates:
             raise UserError("templates is empty; pass at least one prompt template or leave it unset")
@@ -282,7 +284,11 @@ def zero_shot_prompts(
     if protocol == "hf_vrl":
         return ZeroShotPrompts(prompts.ZERO_SHOT_TEMPLATES, fill, "hf_vrl")
     key = prompts.template_set_for(dataset_name)
-    source = f"openai:{key}" if key else f"openai:{prompts.DEFAULT_TEMPLATE_SET} (fallback)"
+    source = (
+        f"{prompts.template_source(key)}:{key}"
+        if key
+        else f"openai:{prompts.DEFAULT_TEMPLATE_SET} (fallback)"
+    )
     return ZeroShotPrompts(tuple(prompts.zero_shot_templates(dataset_name)), fill, source)
 
 
@@ -299,7 +305,9 @@ def imagenet_classes(
     from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS, OBJECTNET_FOLDER_TO_IMAGENET
 
     member = prompts.imagenet_family(dataset_name)
-    if member == "objectnet" and names and any(name in OBJECTNET_FOLDER_TO_IMAGENET for name in names):
+    folders = {prompts._normalise(name): name for name in OBJECTNET_FOLDER_TO_IMAGENET}
+    if member == "objectnet" and names and any(prompts._normalise(name) in folders for name in names):
+        names = [folders.get(prompts._normalise(name), name) for name in names]  # alarm clock: alarm_clock
         mapped = sorted(name for name in names if name in OBJECTNET_FOLDER_TO_IMAGENET)
         if labels is not None:
             position = np.array([mapped.index(n) if n in OBJECTNET_FOLDER_TO_IMAGENET else -1 for n in names])
@@ -317,8 +325,23 @@ def imagenet_classes(
         return labels, prompts.imagenet_class_names(member), f"openai:{member}", None
     openai = prompts.openai_class_names(dataset_name, names)
     if openai is None:
-        return labels, names, "dataset", None
+        return labels, *_benchmark_names(dataset_name, names), None
     return labels, openai, f"openai:{member or 'imagenet'}", None
+
+
+def _benchmark_names(dataset_name: str | None, names: list[str] | None) -> tuple[list[str] | None, str]:
+    """(prompt names, their source) of a set's classes: its benchmark's (`hf_vrl.data.benchmarks`: OpenAI's
+    for the CLIP transfer sets, "openai:<set>"; FLYP's for iWildCam) when its labels are that benchmark's,
+    else its own names and "dataset" (a user's own data, e.g. folder names)."""
+    from hf_vrl.data.benchmarks import benchmark_of
+
+    benchmark = benchmark_of(dataset_name)
+    if benchmark is None or names is None or list(benchmark.class_names or ()) != list(names):
+        return names, "dataset"
+    source = (
+        "openai" if "OpenAI" in benchmark.class_names_source else benchmark.templates_source.split("'")[0]
+    )
+    return list(benchmark.prompt_names or names), f"{source.lower().strip()}:{benchmark.templates}"
 
 
 @dataclass
@@ -680,3 +703,34 @@ def load_eval_dataset(
             raise UserError(f"{name!r} streams; pass --limit to evaluate a fixed number of its samples")
         ds = datasets.Dataset.from_list(list(ds), features=ds.features)
     return ds
+
+
+def load_counted_dataset(
+    name: str,
+    *,
+    split: str,
+    allow_partial: bool = False,
+    limit: int | None = None,
+    image_size: int | None = None,
+    seed: int = 0,
+    level: str | None = None,
+) -> tuple[Any, dict[str, Any] | None]:
+    """(dataset, counts record) of `split`: a benchmark of `hf_vrl.data.benchmarks` (named by its registry
+    prefix, or a folder / Hub copy whose path names it) is read from its published layout and its images and
+    classes checked against the official counts before anything is scored: a partial copy is refused in one
+    line unless `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there. A user's
+    own data loads as `load_eval_dataset` does, with no record. `level`: the label level of FGVC-Aircraft /
+    Stanford Cars ("variant" / "model")."""
+    from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of, check_counts
+    from hf_vrl.data.layouts import load_benchmark, subset
+
+    benchmark = benchmark_of(name)
+    if benchmark is None or benchmark.task not in ("classification", "retrieval"):
+        return load_eval_dataset(name, split=split, limit=limit, image_size=image_size, seed=seed), None
+    prefix, _, target = name.partition(":")
+    dataset, counts = load_benchmark(
+        benchmark.key, target if prefix in BENCHMARKS else name, split, level=level
+    )
+    check_counts(counts, name, allow_partial=allow_partial)
+    record = counts.as_dict() | ({"limit": limit} if limit is not None else {})
+    return subset(dataset, limit, seed), record

@@ -368,6 +368,30 @@ OPENAI_TEMPLATES: dict[str, tuple[str, ...]] = {
     "voc2007": ("a photo of a {}.",),
 }
 
+# FLYP's templates of the WILDS sets of DiVE's Table 4 (OpenAI evaluated neither): src/templates/
+# iwildcam_template.py and fmow_template.py; the two FMoW templates that insert "a" or "an" by the class
+# name's first letter (`append_proper_article`) are left out (hf_vrl fills verbatim; their "a" forms are in)
+FLYP_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "iwildcam": ("a photo of {}.", "{} in the wild."),
+    "fmow": (
+        "satellite photo of a {}.",
+        "aerial photo of a {}.",
+        "satellite photo of a {} in asia.",
+        "aerial photo of a {} in asia.",
+        "satellite photo of a {} in africa.",
+        "aerial photo of a {} in africa.",
+        "satellite photo of a {} in the americas.",
+        "aerial photo of a {} in the americas.",
+        "satellite photo of a {} in europe.",
+        "aerial photo of a {} in europe.",
+        "satellite photo of a {} in oceania.",
+        "aerial photo of a {} in oceania.",
+        "a photo of a {}.",
+        "{}.",
+    ),
+}
+ZERO_SHOT_SETS: dict[str, tuple[str, ...]] = {**OPENAI_TEMPLATES, **FLYP_TEMPLATES}
+
 DEFAULT_TEMPLATE_SET = "imagenet"  # clip_benchmark's fallback for a dataset without templates of its own
 
 # Other names of the sets above (compared after `_normalise`), and hf_vrl's mappings for datasets OpenAI did
@@ -407,13 +431,14 @@ def _normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-_TEMPLATE_SETS = {_normalise(key): key for key in OPENAI_TEMPLATES} | {
+_TEMPLATE_SETS = {_normalise(key): key for key in ZERO_SHOT_SETS} | {
     _normalise(alias): key for alias, key in _TEMPLATE_ALIASES.items()
 }
 
 
 def template_set_for(dataset_name: str | None) -> str | None:
-    """The key in `OPENAI_TEMPLATES` for a dataset name, None when it has no set (see `zero_shot_templates`).
+    """The key in `ZERO_SHOT_SETS` (OpenAI's sets, FLYP's for iWildCam and FMoW) for a dataset name, None when
+    it has no set (see `zero_shot_templates`).
 
     Accepts set names and their aliases in any case and spelling ("CIFAR-10", "fgvc_aircraft", "cars") and the
     data registry's names: "cub:<root>" is CUB; for "hf:<id>", "imagefolder:<dir>" and other paths the last
@@ -436,9 +461,14 @@ def _named_in(dataset_name: str | None, table: dict[str, str]) -> str | None:
 
 
 def zero_shot_templates(dataset_name: str | None) -> list[str]:
-    """OpenAI's zero-shot templates for `dataset_name` (a list of "{}" strings), ImageNet's 80 for a dataset
-    without a set of its own (clip_benchmark's fallback) or for None."""
-    return list(OPENAI_TEMPLATES[template_set_for(dataset_name) or DEFAULT_TEMPLATE_SET])
+    """OpenAI's zero-shot templates for `dataset_name` (FLYP's for iWildCam and FMoW; a list of "{}"
+    strings), ImageNet's 80 for a dataset without a set of its own (clip_benchmark's fallback) or for None."""
+    return list(ZERO_SHOT_SETS[template_set_for(dataset_name) or DEFAULT_TEMPLATE_SET])
+
+
+def template_source(key: str) -> str:
+    """Who published template set `key`: "openai" or "flyp"."""
+    return "flyp" if key in FLYP_TEMPLATES else "openai"
 
 
 def clean_class_name(folder_name: str) -> str:
