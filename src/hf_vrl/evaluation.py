@@ -723,14 +723,15 @@ def load_counted_dataset(
     Stanford Cars ("variant" / "model")."""
     from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of, check_counts
     from hf_vrl.data.layouts import load_benchmark, subset
+    from hf_vrl.data.registry import LEVEL_PREFIXES
 
     benchmark = benchmark_of(name)
     if benchmark is None or benchmark.task not in ("classification", "retrieval"):
         return load_eval_dataset(name, split=split, limit=limit, image_size=image_size, seed=seed), None
     prefix, _, target = name.partition(":")
-    dataset, counts = load_benchmark(
-        benchmark.key, target if prefix in BENCHMARKS else name, split, level=level
-    )
+    level = level or LEVEL_PREFIXES.get(prefix, (None, None))[1]
+    source = target if prefix in (*BENCHMARKS, *LEVEL_PREFIXES) else name
+    dataset, counts = load_benchmark(benchmark.key, source, split, level=level)
     check_counts(counts, name, allow_partial=allow_partial)
     record = counts.as_dict() | ({"limit": limit} if limit is not None else {})
     return subset(dataset, limit, seed), record

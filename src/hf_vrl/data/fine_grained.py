@@ -28,7 +28,7 @@ from hf_vrl.errors import UserError
 
 from .benchmarks import BENCHMARKS, Benchmark
 from .images import DecodeTransform
-from .layouts import Layout, class_folders, image_files, official_labels
+from .layouts import Layout, class_folders, image_files, loadmat, official_labels
 from .offline import SPLITS, subsample
 from .prompts import captions_for_labels
 from .schema import FINE_LABEL, LABEL, contract_features
@@ -153,9 +153,8 @@ def find_cars_devkit(root: str | os.PathLike) -> Path | None:
 
 def _mat_rows(path: Path, key: str) -> list:
     import numpy as np
-    from scipy.io import loadmat
 
-    return list(np.atleast_1d(loadmat(path, squeeze_me=True)[key]))
+    return list(np.atleast_1d(loadmat(path)[key]))
 
 
 def _cars_devkit(base: Path, split: str) -> tuple[list[Path], list[int], list[str]]:

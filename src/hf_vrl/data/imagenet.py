@@ -27,7 +27,7 @@ from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
 from .imagenet_classes import OBJECTNET_FOLDER_TO_IMAGENET
-from .layouts import Layout, class_folders, image_files, lazy_dataset, official_labels, prompt_names
+from .layouts import Layout, class_folders, image_files, lazy_dataset, loadmat, official_labels, prompt_names
 
 WNID = re.compile(r"^n\d{8}$")
 DEVKIT_GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
@@ -83,9 +83,7 @@ def _devkit_labels(root: Path, base: Path) -> dict[str, str] | None:
 
 def _meta_wnids(meta: Path) -> dict[int, str]:
     """{ILSVRC2012_ID: WNID} of the devkit's meta.mat `synsets` (the 1,000 leaves; ids 1..1000)."""
-    from scipy.io import loadmat
-
-    synsets = loadmat(meta, squeeze_me=True)["synsets"]
+    synsets = loadmat(meta)["synsets"]
     return {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in synsets if int(s["ILSVRC2012_ID"]) <= 1000}
 
 

@@ -75,6 +75,15 @@ def class_folders(folder: Path) -> list[Path]:
         return sorted((Path(e.path) for e in entries if e.is_dir()), key=lambda p: p.name)
 
 
+def loadmat(path: Path) -> dict[str, Any]:
+    """A MATLAB file (the devkits' annotations) with `scipy.io.loadmat(squeeze_me=True)`."""
+    try:
+        from scipy.io import loadmat as read
+    except ImportError:
+        raise UserError(f"reading {path.name} needs scipy: pip install scipy (or hf-vrl[eval])") from None
+    return read(path, squeeze_me=True)
+
+
 def lazy_dataset(
     paths: Sequence[str | Path],
     labels: Sequence[int],

@@ -1,7 +1,9 @@
 """One entry point for the CLI and the evaluation code: `load_dataset_by_name(name, split, ...)`.
 
 Names: "shapes", "fashion_mnist", "animal_mnist", "digits" (offline), "cub:<root>", "aircraft:<root>",
-"cars:<root>" (label hierarchies: `fine_grained.py`), "<benchmark>:<root>" for every other benchmark of
+"cars:<root>" (label hierarchies, `fine_grained.py`: `label` the coarse level, `fine_label` the fine one, as
+CLUE's granularity reads them; "fgvc_aircraft:<root>" / "stanford_cars:<root>" label the 100 variants / 196
+models instead, as zero-shot tables and probes score them), "<benchmark>:<root>" for every other benchmark of
 `hf_vrl.data.benchmarks` ("imagenet:/data/ILSVRC2012", "imagenet-r:/data/imagenet-r", "objectnet:...",
 "fmow:/data/fmow_v1.1", "iwildcam:...", "flickr30k:...", "cifar10:hf:uoft-cs/cifar10", ...: read from its
 published layout, `layouts.py`; "cc3m:<img2dataset folder>" streams its shards), "webdataset:<glob>"
@@ -27,8 +29,10 @@ from .images import SampleFilter
 
 SHAPES_SPLIT_SIZES = {"train": 2000, "test": 500}
 HIERARCHIES = ("cub", "aircraft", "cars")  # their own loaders: label = the coarse level (CLUE's reading)
+LEVEL_PREFIXES = {"fgvc_aircraft": ("aircraft", "variant"), "stanford_cars": ("cars", "model")}  # fine level
 BENCHMARK_PREFIXES = tuple(k for k in BENCHMARKS if k not in (*HIERARCHIES, "mmvp_vlm", "cc3m"))
-PREFIXES = (*HIERARCHIES, *BENCHMARK_PREFIXES, "cc3m", "webdataset", "parquet", "csv", "imagefolder", "hf")
+PREFIXES = (*HIERARCHIES, *LEVEL_PREFIXES, *BENCHMARK_PREFIXES, "cc3m", "webdataset", "parquet", "csv")
+PREFIXES += ("imagefolder", "hf")
 
 
 def _shapes(split: str, *, limit: int | None = None, seed: int = 0, image_size: int | None = None, **kwargs):
@@ -115,12 +119,13 @@ def load_dataset_by_name(
     if prefix in ("aircraft", "cars"):
         load = fine_grained.load_fgvc_aircraft if prefix == "aircraft" else fine_grained.load_stanford_cars
         return load(target, split, limit=limit, seed=seed, **kwargs)
-    if prefix in BENCHMARK_PREFIXES:
+    if prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES):
         from .layouts import load_benchmark, subset
 
         if streaming:
             raise ValueError(f"{prefix} loads map-style (its images are read lazily); drop streaming=True")
-        return subset(load_benchmark(prefix, target, split, **kwargs)[0], limit, seed)
+        key, level = LEVEL_PREFIXES.get(prefix, (prefix, None))
+        return subset(load_benchmark(key, target, split, level=level, **kwargs)[0], limit, seed)
     if prefix == "cc3m":
         from .layouts import all_layouts
 
@@ -147,10 +152,11 @@ def check_dataset_name(name: str, what: str = "--dataset") -> None:
         prefix = prefix or _detect(target)
         if prefix in ("webdataset", "parquet", "csv"):
             webdataset.resolve_files(target)
-        elif prefix in BENCHMARK_PREFIXES:
+        elif prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES):
             from .layouts import resolve
 
-            resolve(BENCHMARKS[prefix], target)  # the layout is there (a UserError names the expected one)
+            key = LEVEL_PREFIXES.get(prefix, (prefix,))[0]
+            resolve(BENCHMARKS[key], target)  # the layout is there (a UserError names the expected one)
         elif prefix in (*HIERARCHIES, "cc3m", "imagefolder") and not Path(target).is_dir():
             raise FileNotFoundError("no such folder")
         elif prefix == "hf" and target.startswith(("/", ".", "~")) and not Path(target).exists():
