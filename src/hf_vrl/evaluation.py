@@ -324,24 +324,22 @@ def imagenet_classes(
                 raise UserError(f"{dataset_name}: labels outside the 200 classes {member} is scored on")
         return labels, prompts.imagenet_class_names(member), f"openai:{member}", None
     openai = prompts.openai_class_names(dataset_name, names)
+    benchmark = _benchmark_names_source(dataset_name, names)
     if openai is None:
-        return labels, *_benchmark_names(dataset_name, names), None
-    return labels, openai, f"openai:{member or 'imagenet'}", None
+        return labels, names, benchmark or "dataset", None
+    source = benchmark if member is None and benchmark else f"openai:{member or 'imagenet'}"
+    return labels, openai, source, None
 
 
-def _benchmark_names(dataset_name: str | None, names: list[str] | None) -> tuple[list[str] | None, str]:
-    """(prompt names, their source) of a set's classes: its benchmark's (`hf_vrl.data.benchmarks`: OpenAI's
-    for the CLIP transfer sets, "openai:<set>"; FLYP's for iWildCam) when its labels are that benchmark's,
-    else its own names and "dataset" (a user's own data, e.g. folder names)."""
+def _benchmark_names_source(dataset_name: str | None, names: list[str] | None) -> str | None:
+    """The source of a benchmark's class names (`hf_vrl.data.benchmarks`: "openai:<set>" for the CLIP
+    transfer sets, "flyp:iwildcam") when `names` are its labels; None for a user's own data."""
     from hf_vrl.data.benchmarks import benchmark_of
 
     benchmark = benchmark_of(dataset_name)
     if benchmark is None or names is None or list(benchmark.class_names or ()) != list(names):
-        return names, "dataset"
-    source = (
-        "openai" if "OpenAI" in benchmark.class_names_source else benchmark.templates_source.split("'")[0]
-    )
-    return list(benchmark.prompt_names or names), f"{source.lower().strip()}:{benchmark.templates}"
+        return None
+    return f"{'openai' if 'OpenAI' in benchmark.class_names_source else 'flyp'}:{benchmark.templates}"
 
 
 @dataclass
@@ -688,12 +686,15 @@ def load_eval_dataset(
     name: str, *, split: str, limit: int | None = None, image_size: int | None = None, seed: int = 0
 ):
     """A map-style dataset from the `hf_vrl.data` registry (imported here: the metrics stay independent of
-    it). Streamed sources (webdataset, parquet, csv) are materialised, which needs a `limit`. A dataset that
-    cannot be loaded raises a UserError saying why."""
+    it); a folder or Hub copy whose path names a benchmark ("imagefolder:/data/objectnet") is read as that
+    benchmark (`load_counted_dataset`, counts not checked). Streamed sources (webdataset, parquet, csv) are
+    materialised, which needs a `limit`. A dataset that cannot be loaded raises a UserError saying why."""
     import datasets
 
     from hf_vrl.data.registry import load_dataset_by_name
 
+    if _benchmark_source(name) is not None:
+        return load_counted_dataset(name, split=split, allow_partial=True, limit=limit, seed=seed)[0]
     try:
         ds = load_dataset_by_name(name, split=split, limit=limit, image_size=image_size, seed=seed)
     except (FileNotFoundError, ImportError, ValueError) as error:
@@ -703,6 +704,20 @@ def load_eval_dataset(
             raise UserError(f"{name!r} streams; pass --limit to evaluate a fixed number of its samples")
         ds = datasets.Dataset.from_list(list(ds), features=ds.features)
     return ds
+
+
+def _benchmark_source(name: str) -> tuple[str, str, str | None] | None:
+    """(benchmark key, where it is, label level) of a registry name that names a scored benchmark (by its
+    prefix, or a path component); None for a user's own data and for training corpora."""
+    from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of
+    from hf_vrl.data.registry import LEVEL_PREFIXES
+
+    benchmark = benchmark_of(name)
+    if benchmark is None or benchmark.task not in ("classification", "retrieval"):
+        return None
+    prefix, _, target = name.partition(":")
+    level = LEVEL_PREFIXES.get(prefix, (None, None))[1]
+    return benchmark.key, target if prefix in (*BENCHMARKS, *LEVEL_PREFIXES) else name, level
 
 
 def load_counted_dataset(
@@ -721,17 +736,14 @@ def load_counted_dataset(
     line unless `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there. A user's
     own data loads as `load_eval_dataset` does, with no record. `level`: the label level of FGVC-Aircraft /
     Stanford Cars ("variant" / "model")."""
-    from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of, check_counts
+    from hf_vrl.data.benchmarks import check_counts
     from hf_vrl.data.layouts import load_benchmark, subset
-    from hf_vrl.data.registry import LEVEL_PREFIXES
 
-    benchmark = benchmark_of(name)
-    if benchmark is None or benchmark.task not in ("classification", "retrieval"):
+    found = _benchmark_source(name)
+    if found is None:
         return load_eval_dataset(name, split=split, limit=limit, image_size=image_size, seed=seed), None
-    prefix, _, target = name.partition(":")
-    level = level or LEVEL_PREFIXES.get(prefix, (None, None))[1]
-    source = target if prefix in (*BENCHMARKS, *LEVEL_PREFIXES) else name
-    dataset, counts = load_benchmark(benchmark.key, source, split, level=level)
+    key, source, prefix_level = found
+    dataset, counts = load_benchmark(key, source, split, level=level or prefix_level)
     check_counts(counts, name, allow_partial=allow_partial)
     record = counts.as_dict() | ({"limit": limit} if limit is not None else {})
     return subset(dataset, limit, seed), record

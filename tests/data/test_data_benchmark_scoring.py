@@ -128,7 +128,32 @@ def test_transfer_sets_are_prompted_with_openais_names(tiny_clip, tmp_path):
     assert counts["images"] == 2 and counts.get("official_images") is None  # no official split: not counted
     report = _zero_shot(tiny_clip, dataset, f"eurosat:{tmp_path / 'eurosat'}")
     assert report["class_names"] == "openai:eurosat"
-    user = load_eval_dataset(
-        f"imagefolder:{tmp_path / 'eurosat'}", split="test"
-    )  # the same folders, not named
-    assert _zero_shot(tiny_clip, user, "my-photos")["class_names"] == "dataset"  # a user's own: folder names
+    named = load_eval_dataset(f"imagefolder:{tmp_path / 'eurosat'}", split="test")  # the path names it
+    assert named.features["label"].names == dataset.features["label"].names
+    (tmp_path / "eurosat").rename(tmp_path / "photos")  # the same folders, a user's own data
+    user = load_eval_dataset(f"imagefolder:{tmp_path / 'photos'}", split="test")
+    assert user.features["label"].names == ["annualcrop", "sealake"]  # folder names, cleaned
+    assert _zero_shot(tiny_clip, user, f"imagefolder:{tmp_path / 'photos'}")["class_names"] == "dataset"
+
+
+def test_iwildcam_is_prompted_as_flyp_does(tiny_clip, tmp_path):
+    """Labelled by WILDS' scientific names (FLYP's English ones repeat), prompted with FLYP's English names
+    and templates."""
+    from hf_vrl.data.prompts import openai_class_names
+
+    root = tmp_path / "iwildcam_v2.0"
+    root.mkdir()
+    (root / "metadata.csv").write_text(
+        "split,filename,y,location_remapped\nid_test,a.jpg,2,4\nid_test,b.jpg,1,4\n"
+    )
+    for name in ("a.jpg", "b.jpg"):
+        _image(root / "train" / name)
+    dataset, counts = load_counted_dataset(f"iwildcam:{tmp_path}", split="id_test", allow_partial=True)
+    assert counts["described"] == "2 of 8,154 images"
+    names = dataset.features["label"].names
+    assert openai_class_names(f"iwildcam:{tmp_path}", names)[1:3] == [
+        "white-lipped peccary",
+        "central american agouti",
+    ]
+    report = _zero_shot(tiny_clip, dataset, f"iwildcam:{tmp_path}")
+    assert report["class_names"] == "flyp:iwildcam"

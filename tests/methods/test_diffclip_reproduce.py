@@ -26,6 +26,7 @@ from reproduce_helpers import (
 from hf_vrl.errors import UserError
 from hf_vrl.methods.diffclip.paper import (
     CLASSIFICATION_SETS,
+    FIG3_COLUMNS,
     PAPER_TABLES,
     RELEASED,
     TABLE3_COLUMNS,
@@ -225,10 +226,14 @@ def test_several_seeds_are_not_put_beside_table_1s_single_run(setup, tmp_path, c
 def test_figure3_on_imagenet_and_its_shifts(setup, tmp_path, capsys):
     root, clip, _ = setup
     argv = ["--table", "fig3", "--data-root", str(root), "--model", f"CLIP (CC3M)={clip}", "--allow-partial"]
+    argv += ["--sets", "imagenet-a", "imagenet-r"]  # 200 classes each (ImageNet's 1,000: Table 2's path)
     assert example("reproduce_diffclip").main([*argv, "--output-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    rows = _rows(out, "DiffCLIP Figure 3")
-    assert all(re.fullmatch(r"- / \d+\.\d†", cell) for cell in rows["CLIP (CC3M)"]) and "bars" in out
+    cells = dict(zip(FIG3_COLUMNS, _rows(out, "DiffCLIP Figure 3")["CLIP (CC3M)"]))
+    assert re.fullmatch(r"- / \d+\.\d†", cells["ImageNet-A"]) and re.fullmatch(
+        r"- / \d+\.\d†", cells["ImageNet-R"]
+    )
+    assert "bars" in out
     assert "imagenet-a/test: 12 of 7,500 images, 3 of 200 classes" in out
 
 

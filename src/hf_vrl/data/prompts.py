@@ -558,11 +558,15 @@ def imagenet_class_names(member: str | None = None) -> list[str]:
 
 
 def openai_class_names(dataset_name: str | None, names: list[str] | None) -> list[str] | None:
-    """OpenAI's curated ImageNet class names for a dataset's labels `names`, or None to keep `names`.
+    """The names prompts use for a dataset's labels `names` (OpenAI's curated ImageNet names, or those a
+    benchmark of `hf_vrl.data.benchmarks` prompts with), or None to keep `names`.
 
     The default of every ImageNet-family set (`imagenet_family`) and of any set whose classes are ImageNet
     WordNet ids (image folders of ImageNet, -Sketch, -R, -A): wnids map to their names; 1000 labels (or 200
-    for ImageNet-R / -A) in the standard order, or ImageNet-V2's folders "0".."999", map by position."""
+    for ImageNet-R / -A) in the standard order, or ImageNet-V2's folders "0".."999", map by position. A
+    benchmark whose labels are named otherwise than it is prompted (iWildCam: scientific names, prompted with
+    FLYP's English ones) maps to its prompt names."""
+    from hf_vrl.data.benchmarks import benchmark_of
     from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
 
     if not names:
@@ -570,6 +574,9 @@ def openai_class_names(dataset_name: str | None, names: list[str] | None) -> lis
     index = {wnid: i for i, wnid in enumerate(IMAGENET_WNIDS)}
     if all(name in index for name in names):
         return [IMAGENET_CLASSNAMES[index[name]] for name in names]
+    benchmark = benchmark_of(dataset_name)
+    if benchmark is not None and benchmark.prompt_names and list(names) == list(benchmark.class_names or ()):
+        return list(benchmark.prompt_names)
     member = imagenet_family(dataset_name)
     if member is None or member == "objectnet":  # ObjectNet's 113 classes come with their own mapping
         return None
