@@ -107,7 +107,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python examples/reproduce_clue.py",
         description=__doc__,
-        epilog=data_help(["cub", "cars", "aircraft"]),
+        epilog=data_help(
+            ["cub", "cars", "aircraft"],
+            "--data-root DIR holds CUB_200_2011/, stanford_cars/ and fgvc-aircraft-2013b/, as published:",
+            only=("cub", "cars-devkit", "cars-folders", "fgvc-aircraft"),
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data-root", required=True, help="folder of the datasets, or 'embedded'")

@@ -218,7 +218,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python examples/reproduce_dive.py",
         description=__doc__,
-        epilog=data_help(DATA_KEYS),
+        epilog=data_help(
+            DATA_KEYS,
+            "--data-root DIR holds one folder per benchmark, named by its key, in one of its layouts:",
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data-root", required=True, help="the data folder (layouts below), or 'embedded'")

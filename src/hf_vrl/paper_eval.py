@@ -103,14 +103,16 @@ def parse_labelled(specs: Sequence[str] | None, what: str) -> dict[str, str]:
     return out
 
 
-def data_help(keys: Sequence[str]) -> str:
-    """The --help paragraph on data: where each benchmark of `keys` goes and the layouts it is read from."""
+def data_help(keys: Sequence[str], lead: str | None = None, only: Sequence[str] | None = None) -> str:
+    """The --help paragraph on data: where each benchmark of `keys` goes (`lead`, default: a folder per key
+    under --data-root, or --source) and the layouts it is read from (those in `only`, where given)."""
     from hf_vrl.data.benchmarks import layouts_help
 
-    return (
+    lead = lead or (
         "--data-root DIR holds one folder per benchmark, named by its key (or --source KEY=PATH|hf:<id>"
-        "[@SPLIT] points at one), in one of its published layouts:\n" + layouts_help(keys)
+        "[@SPLIT] points at one), in one of its published layouts:"
     )
+    return f"{lead}\n{layouts_help(keys, only)}"
 
 
 def _source(key: str, data_root: str | Path | None, sources: Mapping[str, str]) -> tuple[str, str | None]:

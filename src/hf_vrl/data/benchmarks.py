@@ -523,13 +523,14 @@ def check_counts(counts: Counts, where: str, *, allow_partial: bool = False) -> 
     )
 
 
-def layouts_help(keys: Sequence[str] | None = None) -> str:
-    """The layouts each benchmark of `keys` (default: all) loads, one line each, for --help."""
+def layouts_help(keys: Sequence[str] | None = None, only: Sequence[str] | None = None) -> str:
+    """The layouts each benchmark of `keys` (default: all) loads (those in `only`, where given), one line
+    each, for --help."""
     from hf_vrl.data.layouts import all_layouts
 
     lines = []
     for key in keys or BENCHMARKS:
-        benchmark = BENCHMARKS[key]
-        accepted = "; or ".join(all_layouts()[name].description for name in benchmark.layouts)
+        names = [name for name in BENCHMARKS[key].layouts if only is None or name in only]
+        accepted = "; or ".join(all_layouts()[name].description for name in names)
         lines.append(f"  {key}: {accepted}")
     return "\n".join(lines)
