@@ -269,3 +269,13 @@ def test_the_miniature_trains_clip_and_diffclip_per_seed(tmp_path, capsys):
     assert len(after["DiffCLIP"]["zero_shot.top1"]) == 2
     for arch in ("clip", "diffclip"):
         assert (tmp_path / f"{arch}-seed1" / "report.json").is_file()
+
+
+def test_help_lists_the_layouts(capsys):
+    with pytest.raises(SystemExit):
+        example("reproduce_diffclip").main(["--help"])
+    text = capsys.readouterr().out
+    assert (
+        "aircraft: the FGVC-Aircraft archive" in text and "imagenet-v2: imagenetv2-matched-frequency" in text
+    )
+    assert "flickr8k: Karpathy's dataset_<name>.json" in text
