@@ -23,18 +23,15 @@ tower, as the official release), or the DCRModel export (exports/dcr-model), whi
 Tables 1 and 6 (the original CLIP: the paper scores the enhanced image embedding against the original text
 tower); the plain vision tower (exports/vision-tower) serves Table 2.
 
---data-root holds one folder per benchmark (or pass --source KEY=NAME[@SPLIT], e.g.
---source cifar10=hf:uoft-cs/cifar10):
-
-    mmvp_vlm/                              Table 1: the official MMVP-VLM folder (Questions.csv, images)
-    mnist/ cifar10/ eurosat/ caltech101/ dtd/ imagenet/     Tables 2 and 6 (the test split; ImageNet's
-                                           validation images as imagenet/test/)
-    flickr30k/ mscoco/                     Table 6: retrieval test sets (image + caption, a list per image)
-
-each an image folder with one folder per class inside each split folder, a save_to_disk folder or parquet
-files (`test-*.parquet`). Clustering is k-means with k = the number of classes on L2-normalised image
-embeddings (NMI / ACC / ARI, App. E.4); zero-shot and retrieval follow LAION's clip_benchmark (OpenAI's
-templates and class names; R@5 per image and per caption).
+--data-root holds one folder per benchmark, named by its key (or pass --source KEY=NAME[@SPLIT], e.g.
+--source cifar10=hf:uoft-cs/cifar10), in one of the layouts its publisher ships (listed at the end of --help):
+mmvp_vlm/ (Table 1), mnist/ cifar10/ eurosat/ caltech101/ dtd/ imagenet/ (Tables 2 and 6: the test split;
+ImageNet's test is its validation set), flickr30k/ mscoco/ (Table 6: Karpathy's test splits). Every set is
+counted against the official numbers before a model is loaded; a partial copy is refused, or scored with
+--allow-partial and its cells marked. Clustering is k-means with k = the number of classes on L2-normalised
+image embeddings (NMI / ACC / ARI, App. E.4); zero-shot and retrieval follow LAION's clip_benchmark (OpenAI's
+templates and class names; R@5 per image and per caption). Each cell is kept in --output-dir/cells/ as it is
+measured: a stopped run resumes at the first missing cell.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hf_vrl.errors import UserError
@@ -53,18 +50,20 @@ from hf_vrl.methods.dcr.paper import (
     TABLE6_CLASSIFICATION,
 )
 from hf_vrl.paper_eval import (
+    CellCache,
+    LazyModels,
+    TableCells,
+    TableData,
     add_llava_arguments,
     add_model_and_data_arguments,
-    check_sources,
+    data_help,
     llava_table_command,
-    load_benchmark,
     load_model,
-    load_retrieval,
     main_with_user_errors,
     mmvp_row,
-    mmvp_source,
     paper_comparison,
     parse_labelled,
+    ran_header,
     write_measured,
 )
 
@@ -76,59 +75,68 @@ TABLE_SETS = {
     2: list(CLUSTERING_KEYS.values()),
     6: [*CLASSIFICATION_KEYS.values(), *RETRIEVAL_KEYS.values()],
 }
+TABLE_COLUMNS = {  # the columns each set's cells fill
+    1: {"mmvp_vlm": None},  # every column
+    2: {key: [f"{name} {m}" for m in ("NMI", "ACC", "ARI")] for name, key in CLUSTERING_KEYS.items()},
+    6: {key: [name] for name, key in CLASSIFICATION_KEYS.items()}
+    | {key: [f"Image@5 {name}", f"Text@5 {name}"] for name, key in RETRIEVAL_KEYS.items()},
+}
 
-Models = dict[str, tuple[Any, Any, Any]]
 
-
-def table1(models: Models, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """MMVP-VLM accuracy per visual pattern and their mean (the paper's Avg), percent."""
+def _mmvp(loaded: tuple, table: TableCells, args: argparse.Namespace, label: str) -> dict[str, float]:
     from hf_vrl.evaluation import evaluate_mmvp, has_text_tower
 
-    pairs = mmvp_source(args.data_root, args.sources)
-    out = {}
-    for label, (model, image_processor, tokenizer) in models.items():
-        if not has_text_tower(model):
-            raise UserError(f"{label} has no text tower; MMVP-VLM needs --text-model (the original CLIP)")
-        out[label] = mmvp_row(
-            evaluate_mmvp(model, image_processor, tokenizer, pairs, batch_size=args.batch_size)
-        )
-    return out
+    model, image_processor, tokenizer = loaded
+    if not has_text_tower(model):
+        raise UserError(f"{label} has no text tower; MMVP-VLM needs --text-model (the original CLIP)")
+    pairs = table.data.mmvp()
+    return mmvp_row(evaluate_mmvp(model, image_processor, tokenizer, pairs, batch_size=args.batch_size))
 
 
-def _per_set(models: Models, args: argparse.Namespace, keys: dict[str, str], task: str, cells: Callable):
-    """{label: {column: value}} from `evaluate_clip(tasks=[task])` on each set in `keys` ({column: key})."""
+def table1(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """MMVP-VLM accuracy per visual pattern and their mean (the paper's Avg), percent."""
+    return {label: table.cell(label, "mmvp_vlm", _mmvp, table, args, label) for label in table.models}
+
+
+def _scores(
+    loaded: tuple, table: TableCells, args: argparse.Namespace, label: str, key: str, task: str
+) -> dict[str, Any]:
+    """`evaluate_clip`'s `task` section on set `key`."""
     from hf_vrl.evaluation import evaluate_clip
-    from hf_vrl.paper_eval import BENCHMARKS
 
-    out: dict[str, dict[str, float]] = {label: {} for label in models}
+    model, image_processor, tokenizer = loaded
+    report = evaluate_clip(
+        model,
+        image_processor,
+        tokenizer,
+        table.data.load(key),
+        tasks=[task],
+        dataset_name=key,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    if task not in report:
+        raise UserError(f"{label} on {key}: {report['skipped'][task]} (a vision tower needs --text-model)")
+    return report[task]
+
+
+def _per_set(
+    table: TableCells, args: argparse.Namespace, keys: dict[str, str], task: str, cells: Callable
+) -> dict[str, dict[str, float]]:
+    """{label: {column: value}} from `evaluate_clip(tasks=[task])` on each set in `keys` ({column: key})."""
+    out: dict[str, dict[str, float]] = {label: {} for label in table.models}
     for column, key in keys.items():
-        if key not in args.sets:
-            continue
-        load = load_retrieval if task == "retrieval" else load_benchmark
-        dataset = load(key, args.data_root, args.sources, limit=args.limit, seed=args.seed)
-        for label, (model, image_processor, tokenizer) in models.items():
-            report = evaluate_clip(
-                model,
-                image_processor,
-                tokenizer,
-                dataset,
-                tasks=[task],
-                dataset_name=BENCHMARKS[key].name,
-                batch_size=args.batch_size,
-                seed=args.seed,
-            )
-            if task not in report:
-                raise UserError(
-                    f"{label} on {key}: {report['skipped'][task]} (a vision tower needs --text-model)"
-                )
-            out[label] |= cells(column, report[task])
+        if key in args.sets:
+            for label in table.models:
+                scores = table.cell(label, key, _scores, table, args, label, key, task)
+                out[label] |= cells(column, scores)
     return out
 
 
-def table2(models: Models, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def table2(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """NMI / ACC / ARI of k-means on each set's image embeddings, and their means over the six sets."""
     out = _per_set(
-        models,
+        table,
         args,
         CLUSTERING_KEYS,
         "clustering",
@@ -141,16 +149,16 @@ def table2(models: Models, args: argparse.Namespace) -> dict[str, dict[str, floa
     return out
 
 
-def table6(models: Models, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def table6(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Zero-shot top-1 on six sets and image / text R@5 on Flickr30k and COCO, percent."""
     out = _per_set(
-        models, args, CLASSIFICATION_KEYS, "zero_shot", lambda name, scores: {name: 100 * scores["top1"]}
+        table, args, CLASSIFICATION_KEYS, "zero_shot", lambda name, scores: {name: 100 * scores["top1"]}
     )
 
     def recall(name: str, scores: dict[str, float]) -> dict[str, float]:
         return {f"Image@5 {name}": 100 * scores["t2i_R@5"], f"Text@5 {name}": 100 * scores["i2t_R@5"]}
 
-    for label, row in _per_set(models, args, RETRIEVAL_KEYS, "retrieval", recall).items():
+    for label, row in _per_set(table, args, RETRIEVAL_KEYS, "retrieval", recall).items():
         out[label] |= row
     return out
 
@@ -159,10 +167,22 @@ TABLES = {1: table1, 2: table2, 6: table6}  # and Table 3: LLaVAs through lmms-e
 TABLE3_LLM = "Vicuna-7B"
 
 
+def marked_columns(table: int, data: TableData, columns: Sequence[str]) -> list[str]:
+    """The columns measured on a partial set (or a subset), and the averages over them."""
+    marked = []
+    for key, filled in TABLE_COLUMNS[table].items():
+        if data.partial(key):
+            marked += list(columns) if filled is None else filled
+    if table == 2 and marked:
+        marked += [f"Avg {metric}" for metric in ("NMI", "ACC", "ARI")]
+    return marked
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python examples/reproduce_dcr.py",
         description=__doc__,
+        epilog=data_help([k for sets in TABLE_SETS.values() for k in sets]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -206,7 +226,8 @@ def run(argv: list[str] | None = None) -> int:
         title = f"DCR Table 3: {paper.title}"
         measured = llava_table_command(args, TABLE3_LMMS, paper.rows, title, default_dir="runs/dcr-table3")
         return write_measured(args.output, {"table": 3, "backbone": TABLE3_LLM, "measured": measured})
-    args.sources = parse_labelled(args.source, "--source")
+    if not args.model:
+        raise UserError(f"--table {args.table} evaluates models: pass --model [LABEL=]PATH (repeatable)")
     args.sets = args.sets or TABLE_SETS[args.table]
     unknown = sorted(set(args.sets) - set(TABLE_SETS[args.table]))
     if unknown:
@@ -216,15 +237,43 @@ def run(argv: list[str] | None = None) -> int:
     if backbone not in blocks:
         raise UserError(f"--backbone {backbone!r}: Table {args.table} has {', '.join(blocks)}")
     paper = blocks[backbone]
-    check_sources(args.sets, args.data_root, args.sources)
-    models = {
-        label: load_model(path, args.text_model, args.device)
-        for label, path in parse_labelled(args.model, "--model").items()
+    paths = parse_labelled(args.model, "--model")
+    check_models([*paths.values(), args.text_model])
+    sources = parse_labelled(args.source, "--source")
+    data = TableData(args.data_root, sources, args.allow_partial, args.limit, args.seed)
+    for key in args.sets:  # every set loaded and counted before the first model
+        data.mmvp() if key == "mmvp_vlm" else data.load(key)
+    output = args.output_dir or f"runs/dcr-table{args.table}"
+    table = TableCells(
+        LazyModels(paths, lambda path: load_model(path, args.text_model, args.device)),
+        data,
+        CellCache(output, f"table{args.table}-{backbone}"),
+        {"text_model": args.text_model, "limit": args.limit, "seed": args.seed},
+    )
+    measured = TABLES[args.table](table, args)
+    header = {
+        "models": paths,
+        "text model": args.text_model,
+        "data": {name: record["described"] for name, record in data.counts.items()},
+        "limit": args.limit,
+        "cells": str(table.cache.folder),
     }
-    measured = TABLES[args.table](models, args)
-    print(f"\nDCR Table {args.table}: {paper.title} ({backbone}); paper / measured")
-    print(paper_comparison(paper.columns, paper.rows, measured, digits=2 if args.table == 2 else 1))
-    return write_measured(args.output, {"table": args.table, "backbone": backbone, "measured": measured})
+    print(ran_header(f"\nDCR Table {args.table}: {paper.title} ({backbone}); paper / measured", header))
+    marked = marked_columns(args.table, data, paper.columns)
+    digits = 2 if args.table == 2 else 1
+    print(paper_comparison(paper.columns, paper.rows, measured, digits=digits, marked=marked))
+    for note in data.notes():
+        print(note)
+    record = {"table": args.table, "backbone": backbone, "measured": measured}
+    return write_measured(args.output, record, data)
+
+
+def check_models(paths: Sequence[str | None]) -> None:
+    """Each model path or Hub id can be loaded (a one-line UserError otherwise), before any data is scored."""
+    from hf_vrl.run.preflight import check_source
+
+    for path in paths:
+        check_source(path, "--model")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,23 +29,23 @@ A model labelled with a paper row's name ("CLIP (CC3M)", "DiffCLIP (CC3M)", "CLI
 (CC12M)") fills that row; others get rows of their own. Models: any DiffCLIP or CLIP folder or Hub id, or a
 released `checkpoint_best.pt` (converted on the fly with SLIP's preprocessing and --tokenizer).
 
---data-root holds one folder per benchmark (or pass --source KEY=NAME[@SPLIT], e.g.
---source cifar10=hf:uoft-cs/cifar10):
-
-    caltech101/ dtd/ pets/ flowers/ sun397/ aircraft/ cifar10/ cifar100/ food101/   Table 1 (train and test)
-    flickr30k/ flickr8k/ mscoco/              Table 2: retrieval test sets (image + caption, a list per image)
-    imagenet/ imagenet-v2/ imagenet-a/ imagenet-r/ imagenet-sketch/   Table 2 and Figure 3 (test split)
-    mmvp_vlm/                                 the official MMVP-VLM folder (Questions.csv, images)
-
-each an image folder with one folder per class inside each split folder, a save_to_disk folder or parquet
-files (`<split>-*.parquet`). Protocols: Table 1 as LGSSL (El Banani et al. 2023), which the paper follows:
-logistic regression on frozen image features with the L2 strength chosen on a held-out fifth of train
-(`hf_vrl.metrics.linear_probe`; LGSSL refits on train + validation too, and scores some sets by mean
-per-class accuracy, which this does not) and 5-way 5-shot nearest-prototype episodes (6 queries a class from
-test, centred and L2-normalised features; `hf_vrl.paper_eval.few_shot_episodes`), each over --seeds (three,
-as Appendix B) as mean ± population std; Table 2 with LAION's clip_benchmark (OpenAI templates and class
-names, R@5 per image and per caption); Figure 3 zero-shot with ImageNet-R / -A scored on their 200
-classes; MMVP-VLM with the official scoring (`hf_vrl.metrics.mmvp`).
+--data-root holds one folder per benchmark, named by its key (or pass --source KEY=NAME[@SPLIT], e.g. --source
+cifar10=hf:uoft-cs/cifar10), in one of the layouts its publisher ships (listed at the end of --help):
+caltech101/ dtd/ pets/ flowers/ sun397/ aircraft/ cifar10/ cifar100/ food101/ (Table 1: train and test;
+FGVC-Aircraft probed on its 100 variants, as LGSSL and the paper), flickr30k/ flickr8k/ mscoco/ (Table 2:
+Karpathy's test splits), imagenet/ imagenet-v2/ imagenet-a/ imagenet-r/ imagenet-sketch/ (Table 2, Figure 3;
+ImageNet's test is its validation set), mmvp_vlm/. Every set is counted against the official numbers before a
+model is loaded; a partial copy is refused, or scored with --allow-partial and its cells marked. Protocols:
+Table 1 as LGSSL (El Banani et al. 2023), which the paper follows: logistic regression on frozen image
+features with the L2 strength chosen on a held-out fifth of train (`hf_vrl.metrics.linear_probe`; LGSSL refits
+on train + validation too, and scores some sets by mean per-class accuracy, which this does not) and 5-way
+5-shot nearest-prototype episodes (6 queries a class from test, centred and L2-normalised features;
+`hf_vrl.paper_eval.few_shot_episodes`), over --seeds: one seed is comparable with Table 1 (one run), several
+give mean ± population std, the protocol of Appendix B's Tables 4-5 (not stored), and are then printed on rows
+of their own; Table 2 with LAION's clip_benchmark (OpenAI templates and class names, R@5 per image and per
+caption); Figure 3 zero-shot with ImageNet-R / -A scored on their 200 classes; MMVP-VLM with the official
+scoring (`hf_vrl.metrics.mmvp`). Each cell is kept in --output-dir/cells/ as it is measured: a stopped run
+resumes at the first missing cell.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,21 +66,22 @@ from hf_vrl.methods.diffclip.paper import (
     TABLE3_LMMS,
 )
 from hf_vrl.paper_eval import (
-    BENCHMARKS,
     MMVP_SHORT_NAMES,
+    CellCache,
+    LazyModels,
+    TableCells,
+    TableData,
     add_llava_arguments,
     add_model_and_data_arguments,
-    check_sources,
+    data_help,
     few_shot_episodes,
     llava_table_command,
-    load_benchmark,
     load_model,
-    load_retrieval,
     main_with_user_errors,
     mmvp_row,
-    mmvp_source,
     paper_comparison,
     parse_labelled,
+    ran_header,
     write_measured,
 )
 
@@ -99,8 +101,18 @@ TABLE_SETS = {
     "fig3": list(FIG3_KEYS.values()),
     "mmvp": ["mmvp_vlm"],
 }
+TABLE_COLUMNS = {  # the columns of each printed table that each set fills (None: all; averages follow)
+    "1-linear": {key: [name, "Avg."] for name, key in CLASSIFICATION_KEYS.items()},
+    "1-fewshot": {key: [name, "Avg."] for name, key in CLASSIFICATION_KEYS.items()},
+    "2": {
+        key: [f"image R@5 {n}", f"text R@5 {n}", "image R@5 Avg.", "text R@5 Avg."]
+        for n, key in RETRIEVAL_KEYS.items()
+    }
+    | {"imagenet": ["zero-shot ImageNet"]},
+    "fig3": {key: [column, "OOD avg."] for column, key in FIG3_KEYS.items()},
+    "mmvp": {"mmvp_vlm": None},
+}
 
-Models = dict[str, tuple[Any, Any, Any]]
 Row = dict[str, Any]
 
 
@@ -114,77 +126,87 @@ def _average(row: Row, columns: list[str]) -> float | None:
     return statistics.mean(values) if values and None not in values else None
 
 
-def table1(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
-    """{"1-linear", "1-fewshot"}: per model and set, top-1 (%) over seeds, and the average over the sets."""
+def _probes(loaded: tuple, table: TableCells, args: argparse.Namespace, key: str) -> dict[str, list[float]]:
+    """Linear-probe and few-shot top-1 (%) per seed on set `key` (LGSSL's protocol)."""
     from hf_vrl import metrics
     from hf_vrl.evaluation import encode_images
 
-    linear: dict[str, Row] = {label: {} for label in models}
-    fewshot: dict[str, Row] = {label: {} for label in models}
-    for column, key in CLASSIFICATION_KEYS.items():
-        if key not in args.sets:
-            continue
-        common = dict(data_root=args.data_root, sources=args.sources, seed=args.seed)
-        train = load_benchmark(key, split="train", limit=args.train_limit, **common)
-        test = load_benchmark(key, limit=args.limit, **common)
-        for label, (model, image_processor, _) in models.items():
-            x_train, x_test = (
-                encode_images(model, image_processor, data["image"], batch_size=args.batch_size)
-                for data in (train, test)
-            )
-            y_train, y_test = train["label"], test["label"]
-            linear[label][column] = _mean_std(
-                [
-                    100 * metrics.linear_probe(x_train, y_train, x_test, y_test, seed=s)["accuracy"]
-                    for s in args.seeds
-                ]
-            )
-            episodes = [
-                few_shot_episodes(x_train, y_train, x_test, y_test, episodes=args.episodes, seed=s)
-                for s in args.seeds
+    model, image_processor, _ = loaded
+    train = table.data.load(key, "train", limit=args.train_limit)
+    test = table.data.load(key, "test")
+    x_train, x_test = (
+        encode_images(model, image_processor, d["image"], batch_size=args.batch_size) for d in (train, test)
+    )
+    y_train, y_test = train["label"], test["label"]
+    return {
+        "linear": [
+            100 * metrics.linear_probe(x_train, y_train, x_test, y_test, seed=s)["accuracy"]
+            for s in args.seeds
+        ],
+        "fewshot": [
+            100
+            * few_shot_episodes(x_train, y_train, x_test, y_test, episodes=args.episodes, seed=s)[
+                "accuracy_mean"
             ]
-            fewshot[label][column] = _mean_std([100 * e["accuracy_mean"] for e in episodes])
+            for s in args.seeds
+        ],
+    }
+
+
+def table1(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
+    """{"1-linear", "1-fewshot"}: per model and set, top-1 (%) over seeds, and the average over the sets."""
+    linear: dict[str, Row] = {label: {} for label in table.models}
+    fewshot: dict[str, Row] = {label: {} for label in table.models}
+    for column, key in CLASSIFICATION_KEYS.items():
+        if key in args.sets:
+            for label in table.models:
+                probes = table.cell(label, key, _probes, table, args, key)
+                linear[label][column] = _mean_std(probes["linear"])
+                fewshot[label][column] = _mean_std(probes["fewshot"])
     for rows in (linear, fewshot):
         for row in rows.values():
             row["Avg."] = _average(row, list(CLASSIFICATION_KEYS))
     return {"1-linear": linear, "1-fewshot": fewshot}
 
 
-def _evaluate(models: Models, args: argparse.Namespace, key: str, task: str) -> dict[str, dict[str, Any]]:
-    """{label: evaluate_clip's `task` section} on benchmark `key` (clip_benchmark protocol)."""
+def _scores(
+    loaded: tuple, table: TableCells, args: argparse.Namespace, label: str, key: str, task: str
+) -> dict:
+    """`evaluate_clip`'s `task` section on set `key` (clip_benchmark protocol)."""
     from hf_vrl.evaluation import evaluate_clip
 
-    load = load_retrieval if task == "retrieval" else load_benchmark
-    dataset = load(key, args.data_root, args.sources, limit=args.limit, seed=args.seed)
-    out = {}
-    for label, (model, image_processor, tokenizer) in models.items():
-        report = evaluate_clip(
-            model,
-            image_processor,
-            tokenizer,
-            dataset,
-            tasks=[task],
-            protocol="clip_benchmark",
-            dataset_name=BENCHMARKS[key].name,
-            batch_size=args.batch_size,
-            seed=args.seed,
-        )
-        if task not in report:
-            raise UserError(f"{label} on {key}: {report['skipped'][task]}")
-        out[label] = report[task]
-    return out
+    model, image_processor, tokenizer = loaded
+    report = evaluate_clip(
+        model,
+        image_processor,
+        tokenizer,
+        table.data.load(key),
+        tasks=[task],
+        protocol="clip_benchmark",
+        dataset_name=key,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    if task not in report:
+        raise UserError(f"{label} on {key}: {report['skipped'][task]}")
+    return report[task]
 
 
-def table2(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
+def _evaluate(table: TableCells, args: argparse.Namespace, key: str, task: str) -> dict[str, dict[str, Any]]:
+    """{label: evaluate_clip's `task` section} on benchmark `key`, cell by cell."""
+    return {label: table.cell(label, key, _scores, table, args, label, key, task) for label in table.models}
+
+
+def table2(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
     """Image and text R@5 on the three retrieval sets with their averages, zero-shot ImageNet top-1 (%)."""
-    rows: dict[str, Row] = {label: {} for label in models}
+    rows: dict[str, Row] = {label: {} for label in table.models}
     for name, key in RETRIEVAL_KEYS.items():
         if key in args.sets:
-            for label, scores in _evaluate(models, args, key, "retrieval").items():
+            for label, scores in _evaluate(table, args, key, "retrieval").items():
                 rows[label][f"image R@5 {name}"] = 100 * scores["t2i_R@5"]
                 rows[label][f"text R@5 {name}"] = 100 * scores["i2t_R@5"]
     if "imagenet" in args.sets:
-        for label, scores in _evaluate(models, args, "imagenet", "zero_shot").items():
+        for label, scores in _evaluate(table, args, "imagenet", "zero_shot").items():
             rows[label]["zero-shot ImageNet"] = 100 * scores["top1"]
     for row in rows.values():
         for side in ("image", "text"):
@@ -192,32 +214,41 @@ def table2(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]
     return {"2": rows}
 
 
-def fig3(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
+def fig3(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
     """Zero-shot top-1 (%) on ImageNet and its four OOD variants, and the OOD average."""
-    rows: dict[str, Row] = {label: {} for label in models}
+    rows: dict[str, Row] = {label: {} for label in table.models}
     for column, key in FIG3_KEYS.items():
         if key in args.sets:
-            for label, scores in _evaluate(models, args, key, "zero_shot").items():
+            for label, scores in _evaluate(table, args, key, "zero_shot").items():
                 rows[label][column] = 100 * scores["top1"]
     for row in rows.values():
         row["OOD avg."] = _average(row, FIG3_COLUMNS[1:-1])
     return {"fig3": rows}
 
 
-def mmvp(models: Models, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
-    """MMVP-VLM accuracy per visual pattern and their mean (%)."""
+def _mmvp(loaded: tuple, table: TableCells, args: argparse.Namespace) -> dict[str, float]:
     from hf_vrl.evaluation import evaluate_mmvp
 
-    pairs = mmvp_source(args.data_root, args.sources)
-    rows = {}
-    for label, (model, image_processor, tokenizer) in models.items():
-        rows[label] = mmvp_row(
-            evaluate_mmvp(model, image_processor, tokenizer, pairs, batch_size=args.batch_size)
-        )
-    return {"mmvp": rows}
+    model, image_processor, tokenizer = loaded
+    pairs = table.data.mmvp()
+    return mmvp_row(evaluate_mmvp(model, image_processor, tokenizer, pairs, batch_size=args.batch_size))
+
+
+def mmvp(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, Row]]:
+    """MMVP-VLM accuracy per visual pattern and their mean (%)."""
+    return {"mmvp": {label: table.cell(label, "mmvp_vlm", _mmvp, table, args) for label in table.models}}
 
 
 TABLES = {"1": table1, "2": table2, "fig3": fig3, "mmvp": mmvp}
+
+
+def marked_columns(name: str, data: TableData, columns: Sequence[str]) -> list[str]:
+    """The columns of printed table `name` measured on a partial set (or a subset)."""
+    marked: list[str] = []
+    for key, filled in TABLE_COLUMNS[name].items():
+        if data.partial(key):
+            marked += list(columns) if filled is None else filled
+    return marked
 
 
 def load_any(path: str, tokenizer: str, device: str | None) -> tuple[Any, Any, Any]:
@@ -239,6 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python examples/reproduce_diffclip.py",
         description=__doc__,
+        epilog=data_help([key for sets in TABLE_SETS.values() for key in sets]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -280,9 +312,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the --limit subsets")
     parser.add_argument("--output", help="also write the measured numbers to this JSON file")
     add_llava_arguments(parser)
-    miniature = parser.add_argument_group("--table miniature")
-    miniature.add_argument(
-        "--output-dir", default="runs/diffclip-clutter", help="data and one run per arch and seed"
+    miniature = parser.add_argument_group(
+        "--table miniature (--output-dir: data and a run per arch and seed)"
     )
     miniature.add_argument("--steps", type=int, default=300, help="optimisation steps per run (the demo's)")
     miniature.add_argument("--train-size", type=int, default=2000, help="cluttered training images")
@@ -298,7 +329,7 @@ def miniature(args: argparse.Namespace) -> int:
     from hf_vrl.evaluation import text_table
     from hf_vrl.methods.diffclip.clutter import cluttered_splits
 
-    out = Path(args.output_dir)
+    out = Path(args.output_dir or "runs/diffclip-clutter")
     data = out / "data"
     if not (data / "dataset_dict.json").is_file():
         splits = cluttered_splits(args.train_size, args.test_size, distractors=args.distractors)
@@ -342,32 +373,72 @@ def run(argv: list[str] | None = None) -> int:
         return write_measured(args.output, {"table": args.table, "measured": {"3": measured}})
     if not args.model:
         raise UserError(f"--table {args.table} evaluates models: pass --model [LABEL=]PATH (repeatable)")
-    args.sources = parse_labelled(args.source, "--source")
     args.sets = args.sets or TABLE_SETS[args.table]
     unknown = sorted(set(args.sets) - set(TABLE_SETS[args.table]))
     if unknown:
         raise UserError(f"--sets {unknown}: --table {args.table} uses {TABLE_SETS[args.table]}")
-    check_sources(args.sets, args.data_root, args.sources)
-    models = {
-        label: load_any(path, args.tokenizer, args.device)
-        for label, path in parse_labelled(args.model, "--model").items()
+    paths = parse_labelled(args.model, "--model")
+    check_models(paths.values())
+    data = TableData(
+        args.data_root, parse_labelled(args.source, "--source"), args.allow_partial, args.limit, args.seed
+    )
+    for key in args.sets:  # every set loaded and counted before the first model
+        if key == "mmvp_vlm":
+            data.mmvp()
+        else:
+            if args.table == "1":
+                data.load(key, "train", limit=args.train_limit)
+            data.load(key)
+    settings = {"limit": args.limit, "seed": args.seed}
+    if args.table == "1":
+        settings |= {"seeds": args.seeds, "episodes": args.episodes, "train_limit": args.train_limit}
+    table = TableCells(
+        LazyModels(paths, lambda path: load_any(path, args.tokenizer, args.device)),
+        data,
+        CellCache(args.output_dir or f"runs/diffclip-table{args.table}", f"table{args.table}"),
+        settings,
+    )
+    measured = TABLES[args.table](table, args)
+    header = {
+        "models": paths,
+        "data": {name: record["described"] for name, record in data.counts.items()},
+        "seeds": args.seeds if args.table == "1" else None,
+        "limit": args.limit,
+        "cells": str(table.cache.folder),
     }
-    measured = TABLES[args.table](models, args)
     for name, rows in measured.items():
         paper = PAPER_TABLES[name]
         what = "Figure 3" if name == "fig3" else "Figure 4" if name == "mmvp" else f"Table {paper.number}"
-        print(f"\nDiffCLIP {what}: {paper.title}; paper / measured")
+        print(ran_header(f"\nDiffCLIP {what}: {paper.title}; paper / measured", header))
         columns, paper_rows = paper.columns, dict(paper.rows)
         if name == "mmvp":  # the paper gives the averages only
             columns = (*MMVP_SHORT_NAMES.values(), *paper.columns)
             paper_rows = {row: (None,) * len(MMVP_SHORT_NAMES) + values for row, values in paper.rows.items()}
-        print(paper_comparison(columns, paper_rows, rows))
+        differs = None
+        if (
+            name.startswith("1-") and len(args.seeds) > 1
+        ):  # Table 1 is one run; Appendix B's 3 seeds: not stored
+            differs = f"mean ± std over {len(args.seeds)} seeds; the paper's Table 1 is one run"
+        marked = marked_columns(name, data, columns)
+        print(paper_comparison(columns, paper_rows, rows, marked=marked, differs=differs))
+    for note in data.notes():
+        print(note)
     if args.table == "fig3":
         print(
             "(the paper gives Figure 3 as bars; its text: DiffCLIP "
             f"+{FIG3_STATED_OOD_GAIN} on the OOD average over CLIP)"
         )
-    return write_measured(args.output, {"table": args.table, "measured": measured})
+    return write_measured(args.output, {"table": args.table, "measured": measured}, data)
+
+
+def check_models(paths: Sequence[str]) -> None:
+    """Each model (a folder, Hub id or released checkpoint file) can be loaded: a one-line UserError
+    otherwise, before any data is scored."""
+    from hf_vrl.run.preflight import check_source
+
+    for path in paths:
+        if not Path(path).is_file():
+            check_source(path, "--model")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,15 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dataset",
         help="registry name or path: shapes, digits, fashion_mnist, animal_mnist, cub:<root>, "
-        "imagefolder:<dir>, hf:<name>, webdataset:<glob> (see hf_vrl.data.registry)",
+        "imagefolder:<dir>, hf:<name>, webdataset:<glob>, or a benchmark in its published layout, "
+        "<benchmark>:<root> (imagenet, imagenet-r, objectnet, cifar10, flickr30k, ...: "
+        "hf_vrl.data.benchmarks), whose image and class counts are checked against the official ones",
+    )
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="score a benchmark copy (or MMVP-VLM file) that lacks images or classes; its counts go into "
+        "report.json beside the numbers, marked partial",
     )
     parser.add_argument("--split", default="test", help="split to evaluate on (default: test)")
     parser.add_argument(
@@ -173,20 +181,31 @@ def main(argv: list[str] | None = None) -> int:
 
     check_source(args.model, "--model")  # before loading: one line naming what to change
     check_data(args.dataset, "--dataset")
+    dataset = train = None
+    counts: dict[str, Any] = {}
+    if args.dataset is not None:  # the data and its counts before any model is loaded
+        data = {"image_size": args.image_size, "seed": args.seed, "allow_partial": args.allow_partial}
+        dataset, counts[args.split] = evaluation.load_counted_dataset(
+            args.dataset, split=args.split, limit=args.limit, **data
+        )
+        if "linear_probe" in args.tasks:
+            train, counts[args.train_split] = evaluation.load_counted_dataset(
+                args.dataset, split=args.train_split, limit=args.train_limit, **data
+            )
+    mmvp = args.mmvp_dir
+    if mmvp is not None:
+        from hf_vrl.data.benchmarks import BENCHMARKS
+        from hf_vrl.data.layouts import counts_of
+        from hf_vrl.metrics import load_mmvp_vlm
+
+        mmvp = load_mmvp_vlm(mmvp, allow_partial=args.allow_partial)
+        counts["mmvp"] = counts_of(mmvp, BENCHMARKS["mmvp_vlm"], "test").as_dict()
     model, image_processor, tokenizer = evaluation.load_model_and_processors(
         args.model, trust_remote_code=remote
     )
     reference = None
     if "rsa" in args.tasks and args.reference_model:
         reference, _, _ = evaluation.load_model_and_processors(args.reference_model, trust_remote_code=remote)
-    dataset = train = None
-    if args.dataset is not None:
-        data = {"image_size": args.image_size, "seed": args.seed}
-        dataset = evaluation.load_eval_dataset(args.dataset, split=args.split, limit=args.limit, **data)
-        if "linear_probe" in args.tasks:
-            train = evaluation.load_eval_dataset(
-                args.dataset, split=args.train_split, limit=args.train_limit, **data
-            )
     model.to(device).eval()
     out = Path(args.output_dir)
     report: dict[str, Any] = {
@@ -199,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "complete": False,
     }
+    counts = {split: record for split, record in counts.items() if record is not None}
+    if counts:  # what a benchmark copy held against its official counts (partial: marked)
+        report["counts"] = counts
+        report["partial"] = not all(record["complete"] for record in counts.values())
 
     def write(partial: dict[str, Any]) -> None:
         _write_json(out / "report.json", {**report, **partial})
@@ -212,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             dataset,
             tasks=args.tasks,
             train_dataset=train,
-            mmvp=args.mmvp_dir,
+            mmvp=mmvp,
             reference_model=reference,
             templates=args.templates,
             protocol=args.protocol,
@@ -226,12 +249,15 @@ def main(argv: list[str] | None = None) -> int:
         report.update(result)
     else:
         report["mmvp"] = evaluation.evaluate_mmvp(
-            model, image_processor, tokenizer, args.mmvp_dir, batch_size=args.batch_size
+            model, image_processor, tokenizer, mmvp, batch_size=args.batch_size
         )
     if not args.no_figures:
         report["figures"] = _write_figures(args, report, embeddings, out)
     report["complete"] = True
     write(report)
     print(_summary(report))
+    for split, record in report.get("counts", {}).items():
+        if not record["complete"]:
+            print(f"PARTIAL {split}: {record['described']} (these numbers are not the benchmark's)")
     print(f"wrote {out / 'report.json'}")
     return 0

@@ -225,11 +225,13 @@ def evaluate_mmvp(
     pairs: Any,
     *,
     batch_size: int = 64,
+    allow_partial: bool = False,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """MMVP-VLM score on a pairs dataset or an official MMVP-VLM directory (see `hf_vrl.metrics.mmvp`)."""
+    """MMVP-VLM score on a pairs dataset or an official MMVP-VLM directory (see `hf_vrl.metrics.mmvp`; a
+    directory of other than the 135 pairs is refused unless `allow_partial`)."""
     if isinstance(pairs, (str, Path)):
-        pairs = metrics.load_mmvp_vlm(pairs)
+        pairs = metrics.load_mmvp_vlm(pairs, allow_partial=allow_partial)
     logits = mmvp_logits(model, image_processor, tokenizer, pairs, batch_size=batch_size, **kwargs)
     return metrics.mmvp_score(logits, pairs["category"][:])
 
@@ -274,7 +276,7 @@ def zero_shot_prompts(
             raise UserError(
                 f"no template set named {templates!r}; choose from {', '.join(prompts.OPENAI_TEMPLATES)}"
             )
-        return ZeroShotPrompts(prompts.OPENAI_TEMPLATES[key], fill, f"openai:{key}")
+        return ZeroShotPrompts(prompts.ZERO_SHOT_SETS[key], fill, f"{prompts.template_source(key)}:{key}")
     if templates is not None:
         if not templates:
             raise UserError("templates is empty; pass at least one prompt template or leave it unset")
@@ -282,7 +284,11 @@ def zero_shot_prompts(
     if protocol == "hf_vrl":
         return ZeroShotPrompts(prompts.ZERO_SHOT_TEMPLATES, fill, "hf_vrl")
     key = prompts.template_set_for(dataset_name)
-    source = f"openai:{key}" if key else f"openai:{prompts.DEFAULT_TEMPLATE_SET} (fallback)"
+    source = (
+        f"{prompts.template_source(key)}:{key}"
+        if key
+        else f"openai:{prompts.DEFAULT_TEMPLATE_SET} (fallback)"
+    )
     return ZeroShotPrompts(tuple(prompts.zero_shot_templates(dataset_name)), fill, source)
 
 
@@ -299,7 +305,9 @@ def imagenet_classes(
     from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS, OBJECTNET_FOLDER_TO_IMAGENET
 
     member = prompts.imagenet_family(dataset_name)
-    if member == "objectnet" and names and any(name in OBJECTNET_FOLDER_TO_IMAGENET for name in names):
+    folders = {prompts._normalise(name): name for name in OBJECTNET_FOLDER_TO_IMAGENET}
+    if member == "objectnet" and names and any(prompts._normalise(name) in folders for name in names):
+        names = [folders.get(prompts._normalise(name), name) for name in names]  # alarm clock: alarm_clock
         mapped = sorted(name for name in names if name in OBJECTNET_FOLDER_TO_IMAGENET)
         if labels is not None:
             position = np.array([mapped.index(n) if n in OBJECTNET_FOLDER_TO_IMAGENET else -1 for n in names])
@@ -316,9 +324,22 @@ def imagenet_classes(
                 raise UserError(f"{dataset_name}: labels outside the 200 classes {member} is scored on")
         return labels, prompts.imagenet_class_names(member), f"openai:{member}", None
     openai = prompts.openai_class_names(dataset_name, names)
+    benchmark = _benchmark_names_source(dataset_name, names)
     if openai is None:
-        return labels, names, "dataset", None
-    return labels, openai, f"openai:{member or 'imagenet'}", None
+        return labels, names, benchmark or "dataset", None
+    source = benchmark if member is None and benchmark else f"openai:{member or 'imagenet'}"
+    return labels, openai, source, None
+
+
+def _benchmark_names_source(dataset_name: str | None, names: list[str] | None) -> str | None:
+    """The source of a benchmark's class names (`hf_vrl.data.benchmarks`: "openai:<set>" for the CLIP
+    transfer sets, "flyp:iwildcam") when `names` are its labels; None for a user's own data."""
+    from hf_vrl.data.benchmarks import benchmark_of
+
+    benchmark = benchmark_of(dataset_name)
+    if benchmark is None or names is None or list(benchmark.class_names or ()) != list(names):
+        return None
+    return f"{'openai' if 'OpenAI' in benchmark.class_names_source else 'flyp'}:{benchmark.templates}"
 
 
 @dataclass
@@ -665,12 +686,15 @@ def load_eval_dataset(
     name: str, *, split: str, limit: int | None = None, image_size: int | None = None, seed: int = 0
 ):
     """A map-style dataset from the `hf_vrl.data` registry (imported here: the metrics stay independent of
-    it). Streamed sources (webdataset, parquet, csv) are materialised, which needs a `limit`. A dataset that
-    cannot be loaded raises a UserError saying why."""
+    it); a folder or Hub copy whose path names a benchmark ("imagefolder:/data/objectnet") is read as that
+    benchmark (`load_counted_dataset`, counts not checked). Streamed sources (webdataset, parquet, csv) are
+    materialised, which needs a `limit`. A dataset that cannot be loaded raises a UserError saying why."""
     import datasets
 
     from hf_vrl.data.registry import load_dataset_by_name
 
+    if _benchmark_source(name) is not None:
+        return load_counted_dataset(name, split=split, allow_partial=True, limit=limit, seed=seed)[0]
     try:
         ds = load_dataset_by_name(name, split=split, limit=limit, image_size=image_size, seed=seed)
     except (FileNotFoundError, ImportError, ValueError) as error:
@@ -680,3 +704,46 @@ def load_eval_dataset(
             raise UserError(f"{name!r} streams; pass --limit to evaluate a fixed number of its samples")
         ds = datasets.Dataset.from_list(list(ds), features=ds.features)
     return ds
+
+
+def _benchmark_source(name: str) -> tuple[str, str, str | None] | None:
+    """(benchmark key, where it is, label level) of a registry name that names a scored benchmark (by its
+    prefix, or a path component); None for a user's own data and for training corpora."""
+    from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of
+    from hf_vrl.data.registry import LEVEL_PREFIXES
+
+    benchmark = benchmark_of(name)
+    if benchmark is None or benchmark.task not in ("classification", "retrieval"):
+        return None
+    prefix, _, target = name.partition(":")
+    level = LEVEL_PREFIXES.get(prefix, (None, None))[1]
+    return benchmark.key, target if prefix in (*BENCHMARKS, *LEVEL_PREFIXES) else name, level
+
+
+def load_counted_dataset(
+    name: str,
+    *,
+    split: str,
+    allow_partial: bool = False,
+    limit: int | None = None,
+    image_size: int | None = None,
+    seed: int = 0,
+    level: str | None = None,
+) -> tuple[Any, dict[str, Any] | None]:
+    """(dataset, counts record) of `split`: a benchmark of `hf_vrl.data.benchmarks` (named by its registry
+    prefix, or a folder / Hub copy whose path names it) is read from its published layout and its images and
+    classes checked against the official counts before anything is scored: a partial copy is refused in one
+    line unless `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there. A user's
+    own data loads as `load_eval_dataset` does, with no record. `level`: the label level of FGVC-Aircraft /
+    Stanford Cars ("variant" / "model")."""
+    from hf_vrl.data.benchmarks import check_counts
+    from hf_vrl.data.layouts import load_benchmark, subset
+
+    found = _benchmark_source(name)
+    if found is None:
+        return load_eval_dataset(name, split=split, limit=limit, image_size=image_size, seed=seed), None
+    key, source, prefix_level = found
+    dataset, counts = load_benchmark(key, source, split, level=level or prefix_level)
+    check_counts(counts, name, allow_partial=allow_partial)
+    record = counts.as_dict() | ({"limit": limit} if limit is not None else {})
+    return subset(dataset, limit, seed), record

@@ -1,13 +1,17 @@
 """Given models on a paper's benchmarks, the paper's numbers beside the measured ones: the part that
-`examples/reproduce_dcr.py` and `examples/reproduce_diffclip.py` share.
+`examples/reproduce_dcr.py` and `examples/reproduce_diffclip.py` share (and, for its data checks and marks,
+`examples/reproduce_dive.py`).
 
-A benchmark is found by its key (`BENCHMARKS`): `--source KEY=NAME[@SPLIT]` names it (any name
-`hf_vrl.data.registry` loads: `hf:<Hub id>`, a folder, a glob), else `<data-root>/<KEY>/` holds it in the
-contract schema (image, label with class names, caption): an image folder with one folder per class inside
-each split folder, a `save_to_disk` folder, or parquet files (`<split>-*.parquet`, `datasets`' layout).
-Models are `LABEL=PATH` or `PATH`: any CLIP-like folder or Hub id `hf-vrl eval` loads; a DCRModel export gets
-its text side from `--text-model` (DCR's P-ability setting: the enhanced image tower against the original
-text tower).
+A benchmark is one of `hf_vrl.data.benchmarks` (its key): `--source KEY=NAME[@SPLIT]` names it (a folder in
+one of its published layouts, `hf:<Hub id>`, `imagefolder:<dir>`), else `<data-root>/<KEY>/` holds it in one
+of its layouts (`layouts_help` lists them; each script's --help prints its own). Every set a table needs is
+loaded and counted against the official numbers before the first model is loaded (`TableData`): a partial
+copy is refused in one line, or, with --allow-partial, scored and marked beside the table with its counts.
+FGVC-Aircraft and Stanford Cars are scored at their fine level (100 variants, 196 models), as the papers do.
+Models are `LABEL=PATH` or `PATH`: any CLIP-like folder or Hub id `hf-vrl eval` loads, loaded only when a cell
+needs them (`LazyModels`); a DCRModel export gets its text side from `--text-model` (DCR's P-ability setting:
+the enhanced image tower against the original text tower). Each table cell is kept in `<output-dir>/cells/`
+(`CellCache`) with the settings that made it, so an interrupted run resumes where it stopped.
 
 LLaVA tables (DCR's and DiffCLIP's Table 3) score `hf-vrl export-llava` / `llava-align` folders with
 lmms-eval (`hf_vrl.integrations.llava_eval`): each column is an `LmmsColumn` (a task's metric), and
@@ -16,12 +20,14 @@ lmms-eval (`hf_vrl.integrations.llava_eval`): each column is an `LmmsColumn` (a 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import statistics
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,63 +37,32 @@ from hf_vrl.errors import UserError, explain
 from hf_vrl.metrics.mmvp import MMVP_CATEGORIES
 
 __all__ = [
-    "BENCHMARKS",
-    "write_measured",
-    "add_model_and_data_arguments",
-    "main_with_user_errors",
-    "MMVP_SHORT_NAMES",
-    "Benchmark",
+    "FINE_LEVELS",
+    "PARTIAL",
+    "CellCache",
+    "LazyModels",
     "LmmsColumn",
+    "MMVP_SHORT_NAMES",
+    "TableCells",
+    "TableData",
     "add_llava_arguments",
-    "check_sources",
+    "add_model_and_data_arguments",
+    "data_help",
     "few_shot_episodes",
-    "load_benchmark",
-    "load_model",
-    "load_retrieval",
     "llava_table",
     "llava_table_command",
     "lmms_columns",
+    "load_model",
+    "main_with_user_errors",
     "mmvp_row",
-    "mmvp_source",
     "paper_comparison",
     "parse_labelled",
+    "ran_header",
+    "write_measured",
 ]
 
-
-@dataclass(frozen=True)
-class Benchmark:
-    """A benchmark's folder name under --data-root (also its --source key), its name for prompt templates
-    and ImageNet-family class names, and the split evaluated."""
-
-    key: str
-    name: str
-    split: str = "test"
-
-
-BENCHMARKS: dict[str, Benchmark] = {
-    b.key: b
-    for b in (
-        Benchmark("mnist", "mnist"),
-        Benchmark("cifar10", "cifar10"),
-        Benchmark("cifar100", "cifar100"),
-        Benchmark("eurosat", "eurosat"),
-        Benchmark("caltech101", "caltech101"),
-        Benchmark("dtd", "dtd"),
-        Benchmark("pets", "pets"),
-        Benchmark("flowers", "flowers"),
-        Benchmark("sun397", "sun397"),
-        Benchmark("aircraft", "fgvc_aircraft"),
-        Benchmark("food101", "food101"),
-        Benchmark("imagenet", "imagenet"),
-        Benchmark("imagenet-v2", "imagenet-v2"),
-        Benchmark("imagenet-a", "imagenet-a"),
-        Benchmark("imagenet-r", "imagenet-r"),
-        Benchmark("imagenet-sketch", "imagenet-sketch"),
-        Benchmark("flickr8k", "flickr8k"),
-        Benchmark("flickr30k", "flickr30k"),
-        Benchmark("mscoco", "mscoco"),
-    )
-}
+FINE_LEVELS = {"aircraft": "variant", "cars": "model"}  # the level the papers' tables score
+PARTIAL = "†"  # the mark of a cell measured on a partial copy or a --limit subset
 
 
 # MMVP-VLM's visual patterns (`hf_vrl.metrics.MMVP_CATEGORIES`) by the short names tables use as columns
@@ -128,98 +103,174 @@ def parse_labelled(specs: Sequence[str] | None, what: str) -> dict[str, str]:
     return out
 
 
-def _source(key: str, data_root: str | Path | None, sources: Mapping[str, str]) -> tuple[str, str]:
-    """(registry name, split) of benchmark `key`."""
-    split = BENCHMARKS[key].split if key in BENCHMARKS else "test"
+def data_help(keys: Sequence[str], lead: str | None = None, only: Sequence[str] | None = None) -> str:
+    """The --help paragraph on data: where each benchmark of `keys` goes (`lead`, default: a folder per key
+    under --data-root, or --source) and the layouts it is read from (those in `only`, where given)."""
+    from hf_vrl.data.benchmarks import layouts_help
+
+    lead = lead or (
+        "--data-root DIR holds one folder per benchmark, named by its key (or --source KEY=PATH|hf:<id>"
+        "[@SPLIT] points at one), in one of its published layouts:"
+    )
+    return f"{lead}\n{layouts_help(keys, only)}"
+
+
+def _source(key: str, data_root: str | Path | None, sources: Mapping[str, str]) -> tuple[str, str | None]:
+    """(where benchmark `key` is, the split --source asks for or None)."""
     if key in sources:
         name, at, given = sources[key].rpartition("@")
-        return (name, given) if at and "/" not in given else (sources[key], split)
+        return (name, given) if at and "/" not in given else (sources[key], None)
     if data_root is None:
-        raise UserError(f"no data for {key}: pass --data-root DIR (with {key}/ in it) or --source {key}=NAME")
+        raise UserError(f"no data for {key}: pass --data-root DIR (with {key}/ in it) or --source {key}=PATH")
     folder = Path(data_root) / key
     if not folder.is_dir():
-        raise UserError(
-            f"{folder} is missing: put {key} there (an image folder per split, a save_to_disk folder or "
-            f"parquet files) or pass --source {key}=hf:<Hub id>[@split]"
-        )
-    return (f"hf:{folder}" if next(folder.rglob("*.parquet"), None) else str(folder)), split
+        from hf_vrl.data.benchmarks import BENCHMARKS
+        from hf_vrl.data.layouts import expected
+
+        raise UserError(f"{folder} is missing: put {key} there as {expected(BENCHMARKS[key])}")
+    return str(folder), None
 
 
-def check_sources(keys: Sequence[str], data_root: str | Path | None, sources: Mapping[str, str]) -> None:
-    """Raise a one-line UserError for the first benchmark of `keys` that has no data (before any model
-    loads)."""
-    for key in keys:
-        if key == "mmvp_vlm":
-            mmvp_source(data_root, sources)
-        else:
-            _source(key, data_root, sources)
+@dataclass
+class TableData:
+    """The sets a table scores, each loaded (images read lazily) and counted before any model is loaded:
+    `load(key, split)` -> the dataset; `counts` {key/split: record}, the partial ones marked."""
+
+    data_root: str | Path | None
+    sources: Mapping[str, str]
+    allow_partial: bool = False
+    limit: int | None = None
+    seed: int = 0
+    loaded: dict[tuple[str, str], Any] = field(default_factory=dict)
+    counts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def load(self, key: str, split: str = "test", *, limit: int | None = None) -> Any:
+        """Benchmark `key`'s `split` (a seeded subset of `limit`, default the table's --limit)."""
+        if (key, split) not in self.loaded:
+            from hf_vrl.data.benchmarks import BENCHMARKS, check_counts
+            from hf_vrl.data.layouts import load_benchmark, subset
+
+            where, asked = _source(key, self.data_root, self.sources)
+            dataset, counts = load_benchmark(key, where, asked or split, level=FINE_LEVELS.get(key))
+            check_counts(counts, where, allow_partial=self.allow_partial)
+            limit = self.limit if limit is None else limit
+            record = counts.as_dict() | ({"limit": limit} if limit is not None else {})
+            if limit is not None and limit < len(dataset):
+                record |= {"complete": False, "described": f"{counts.describe()}, a seeded subset of {limit}"}
+            self.counts[f"{key}/{BENCHMARKS[key].split(asked or split)}"] = record
+            self.loaded[(key, split)] = subset(dataset, limit, self.seed)
+        return self.loaded[(key, split)]
+
+    def mmvp(self) -> Any:
+        """MMVP-VLM's pairs (`hf_vrl.metrics.load_mmvp_vlm`), counted like the other sets."""
+        if ("mmvp_vlm", "test") not in self.loaded:
+            from hf_vrl.data.benchmarks import BENCHMARKS
+            from hf_vrl.data.layouts import counts_of
+            from hf_vrl.metrics import load_mmvp_vlm
+
+            where, _ = _source("mmvp_vlm", self.data_root, self.sources)
+            pairs = load_mmvp_vlm(where, allow_partial=self.allow_partial)
+            self.counts["mmvp_vlm/test"] = counts_of(pairs, BENCHMARKS["mmvp_vlm"], "test").as_dict()
+            self.loaded[("mmvp_vlm", "test")] = pairs
+        return self.loaded[("mmvp_vlm", "test")]
+
+    def records(self, key: str) -> dict[str, dict[str, Any]]:
+        """The counts records of `key`'s loaded splits."""
+        return {name: record for name, record in self.counts.items() if name.split("/")[0] == key}
+
+    def partial(self, key: str) -> bool:
+        """Whether any split of `key` that was loaded is partial (or a subset)."""
+        return any(not record["complete"] for record in self.records(key).values())
+
+    def notes(self) -> list[str]:
+        """One line per partial set, for beside the table."""
+        return [
+            f"{PARTIAL} {name}: {record['described']} (not the paper's set)"
+            for name, record in self.counts.items()
+            if not record["complete"]
+        ]
 
 
-def load_benchmark(
-    key: str,
-    data_root: str | Path | None,
-    sources: Mapping[str, str],
-    *,
-    split: str | None = None,
-    limit: int | None = None,
-    seed: int = 0,
-):
-    """Benchmark `key`'s evaluation split (or `split`) as a map-style contract dataset."""
-    from hf_vrl.evaluation import load_eval_dataset
+class LazyModels(Mapping):
+    """{label: (model, image processor, tokenizer)}, each loaded on first use by `loader(path)`, so that a
+    table whose cells are all cached loads no model."""
 
-    name, default_split = _source(key, data_root, sources)
-    return load_eval_dataset(name, split=split or default_split, limit=limit, seed=seed)
+    def __init__(self, paths: Mapping[str, str], loader: Callable[[str], tuple[Any, Any, Any]]) -> None:
+        self.paths, self.loader, self._loaded = dict(paths), loader, {}
 
+    def __getitem__(self, label: str) -> tuple[Any, Any, Any]:
+        if label not in self._loaded:
+            self._loaded[label] = self.loader(self.paths[label])
+        return self._loaded[label]
 
-CAPTION_COLUMNS = ("caption", "captions", "sentences", "text", "raw")
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.paths)
 
-
-def load_retrieval(
-    key: str,
-    data_root: str | Path | None,
-    sources: Mapping[str, str],
-    *,
-    limit: int | None = None,
-    seed: int = 0,
-):
-    """Retrieval benchmark `key` with every caption of each image (columns image, caption: a list of strings
-    per row, as `evaluate_clip` scores them); read with `datasets` directly, since the contract loader keeps
-    rows of one string caption."""
-    import datasets
-
-    from hf_vrl.data.offline import subsample
-
-    name, split = _source(key, data_root, sources)
-    target = name.removeprefix("hf:")
-    path = Path(target)
-    if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
-        ds = datasets.load_from_disk(target)
-        ds = ds[split] if isinstance(ds, datasets.DatasetDict) else ds
-    elif path.is_dir() and next(path.rglob("*.parquet"), None) is None:
-        ds = datasets.load_dataset("imagefolder", data_dir=target, split=split)
-    else:
-        ds = datasets.load_dataset(target, split=split)
-    image = next((c for c, f in ds.features.items() if isinstance(f, datasets.Image)), None)
-    caption = next((c for c in CAPTION_COLUMNS if c in ds.column_names), None)
-    if image is None or caption is None:
-        raise UserError(
-            f"{key} ({name}): needs an image column and a caption column, found {ds.column_names}"
-        )
-    renames = {old: new for old, new in ((image, "image"), (caption, "caption")) if old != new}
-    ds = ds.select_columns([image, caption]).rename_columns(renames)
-    return ds.select(subsample(len(ds), limit, seed)) if limit is not None else ds
+    def __len__(self) -> int:
+        return len(self.paths)
 
 
-def mmvp_source(data_root: str | Path | None, sources: Mapping[str, str]) -> str:
-    """The MMVP-VLM folder (official layout: Questions.csv + "MLLM_VLM Images/"): --source mmvp_vlm=DIR or
-    <data-root>/mmvp_vlm."""
-    if "mmvp_vlm" in sources:
-        return sources["mmvp_vlm"]
-    if data_root is None or not (Path(data_root) / "mmvp_vlm").is_dir():
-        raise UserError(
-            "MMVP-VLM: put the official folder at <data-root>/mmvp_vlm or pass --source mmvp_vlm=DIR"
-        )
-    return str(Path(data_root) / "mmvp_vlm")
+class CellCache:
+    """One JSON file per table cell under `<folder>/cells/<table>/<label>/<key>.json`, holding the settings
+    that made it: a cell is recomputed only when missing or made with other settings (a run that stopped
+    resumes at the first missing cell)."""
+
+    def __init__(self, folder: str | Path, table: str) -> None:
+        self.folder = Path(folder) / "cells" / _slug(table)
+
+    def _path(self, label: str, key: str) -> Path:
+        return self.folder / _slug(label) / f"{_slug(key)}.json"
+
+    def get(self, label: str, key: str, settings: Mapping[str, Any]) -> dict[str, Any] | None:
+        path = self._path(label, key)
+        if not path.is_file():
+            return None
+        cell = json.loads(path.read_text())
+        return cell["values"] if cell.get("settings") == json.loads(json.dumps(settings)) else None
+
+    def put(self, label: str, key: str, settings: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+        path = self._path(label, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_name(f".{path.name}.tmp")
+        staged.write_text(json.dumps({"settings": settings, "values": values}, indent=2))
+        os.replace(staged, path)
+
+    def cell(
+        self, label: str, key: str, settings: Mapping[str, Any], compute: Callable[[], Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """The cached values of a cell, or `compute()`'s, kept for next time."""
+        cached = self.get(label, key, settings)
+        if cached is None:
+            cached = dict(compute())
+            self.put(label, key, settings, cached)
+        return cached
+
+
+@dataclass
+class TableCells:
+    """What a table's cells need: the models (loaded on first use), the data (loaded and counted), the cell
+    cache, and the settings every cell records beside its model and data (limit, seeds, ...)."""
+
+    models: LazyModels
+    data: TableData
+    cache: CellCache
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def cell(self, label: str, key: str, compute: Callable, *args: Any) -> dict[str, Any]:
+        """Model `label`'s values on set `key`: cached, or `compute((model, processor, tokenizer), *args)`."""
+        settings = {"model": self.models.paths[label], "data": self.data.records(key), **self.settings}
+        return self.cache.cell(label, key, settings, lambda: compute(self.models[label], *args))
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^\w.-]+", "-", text).strip("-") or "cell"
+    return slug if len(slug) < 80 else slug[:60] + "-" + hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def ran_header(title: str, lines: Mapping[str, Any]) -> str:
+    """What ran, above a table: the title, then "what: value" lines (models, data, settings)."""
+    body = [f"  {name}: {value}" for name, value in lines.items() if value not in (None, "", [], {})]
+    return "\n".join([title, *body])
 
 
 def load_model(path: str, text_model: str | None = None, device: str | None = None) -> tuple[Any, Any, Any]:
@@ -246,23 +297,31 @@ def paper_comparison(
     paper: Mapping[str, Sequence[float | None]],
     measured: Mapping[str, Mapping[str, Measured]],
     digits: int = 1,
+    *,
+    marked: Sequence[str] = (),
+    differs: str | None = None,
 ) -> str:
     """The paper's rows beside measured ones, "paper / measured" per cell: one line per paper row (measured
     where a model carries that row's label), then one per other model ("- / measured"); "-" where absent,
     "mean ± std" for (mean, std) pairs. `paper` is {row: values in `columns` order}, `measured` {row: {column:
-    value}}."""
+    value}}. Columns in `marked` (measured on a partial copy or a subset) carry `PARTIAL` after the measured
+    value. `differs`: how the measured protocol differs from the paper's; then no measured value stands beside
+    a paper one: the paper's rows show "paper / -" and each model its own row "<label> (<differs>)"."""
     from hf_vrl.evaluation import text_table
 
-    def cell(value: Measured) -> str:
+    def cell(value: Measured, column: str = "") -> str:
+        mark = PARTIAL if column in marked and value is not None else ""
         if isinstance(value, tuple):
-            return f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
-        return "-" if value is None else f"{value:.{digits}f}"
+            return f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}{mark}"
+        return "-" if value is None else f"{value:.{digits}f}{mark}"
 
+    if differs is not None:
+        measured = {f"{row} ({differs})": values for row, values in measured.items()}
     lines: list[Sequence[str]] = [["", *columns]]
     for row in [*paper, *(name for name in measured if name not in paper)]:
         values = paper.get(row) or [None] * len(columns)
         ours = measured.get(row, {})
-        lines.append([row, *(f"{cell(v)} / {cell(ours.get(c))}" for c, v in zip(columns, values))])
+        lines.append([row, *(f"{cell(v)} / {cell(ours.get(c), c)}" for c, v in zip(columns, values))])
     return text_table(lines, left_columns=1)
 
 
@@ -371,7 +430,8 @@ def lmms_columns(
 
 
 def add_model_and_data_arguments(parser: Any, *, model_required: bool, model_example: str) -> None:
-    """The flags both reproduce scripts take: --model (repeatable, [LABEL=]PATH), --data-root, --source."""
+    """The flags the reproduce scripts share: --model (repeatable, [LABEL=]PATH), --data-root, --source,
+    --allow-partial, --output-dir (the cell cache)."""
     parser.add_argument(
         "--model",
         action="append",
@@ -379,12 +439,23 @@ def add_model_and_data_arguments(parser: Any, *, model_required: bool, model_exa
         metavar="[LABEL=]PATH",
         help=f"a model to evaluate (repeatable); LABEL names its row, e.g. {model_example}",
     )
-    parser.add_argument("--data-root", help="the folder holding one folder per benchmark (layout above)")
+    parser.add_argument("--data-root", help="the folder holding one folder per benchmark (layouts above)")
     parser.add_argument(
         "--source",
         action="append",
         metavar="KEY=NAME[@SPLIT]",
-        help="where a benchmark is, instead of --data-root",
+        help="where a benchmark is, instead of --data-root (a folder in one of its layouts, hf:<Hub id>)",
+    )
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help=f"score a set that lacks images or classes of the official one; its cells are marked {PARTIAL} "
+        "and its counts printed under the table and written to --output",
+    )
+    parser.add_argument(
+        "--output-dir",
+        help="where each table cell is kept as it is measured, so that a stopped run resumes "
+        "(default: runs/<paper>-table<N>)",
     )
 
 
@@ -428,6 +499,32 @@ def _column_value(column: LmmsColumn, report: Mapping[str, Any], results: Path, 
     return column.scale * statistics.mean(metrics[m] for m in column.metrics)
 
 
+GPT_JUDGED_TASKS = ("hallusion_bench_image",)  # lmms-eval grades them with GPT: OPENAI_API_KEY
+
+
+def check_llava(models: Mapping[str, str], columns: Mapping[str, LmmsColumn]) -> None:
+    """Before anything runs: lmms-eval installed, each local model a LLaVA folder, OPENAI_API_KEY set where a
+    column's task is graded by GPT. A one-line UserError otherwise."""
+    from hf_vrl.integrations.llava_eval import require_lmms_eval
+
+    require_lmms_eval()
+    for label, path in models.items():
+        if Path(path).exists():
+            config = Path(path) / "config.json"
+            kind = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+            if kind != "llava":
+                raise UserError(
+                    f"--model {label}={path} is {f'a {kind!r} folder' if kind else 'no model folder'}, not a "
+                    "LLaVA: the LLaVA tables score folders from hf-vrl export-llava / llava-align"
+                )
+    judged = sorted({column.task for column in columns.values() if column.task in GPT_JUDGED_TASKS})
+    if judged and not os.environ.get("OPENAI_API_KEY"):
+        raise UserError(
+            f"{', '.join(judged)} is graded by GPT through lmms-eval: set OPENAI_API_KEY, or leave its "
+            "column out with --sets"
+        )
+
+
 def llava_table(
     columns: Mapping[str, LmmsColumn],
     models: Mapping[str, str],
@@ -439,20 +536,32 @@ def llava_table(
     dtype: str = "auto",
 ) -> dict[str, dict[str, float]]:
     """{label: {column: value}}: each LLaVA folder of `models` ({label: path}) scored by `hf-vrl llava-eval`
-    on the tasks of `columns` in one lmms-eval run, into OUTPUT/<label>/."""
+    into OUTPUT/<label>/, in one lmms-eval run on the tasks of the columns not yet in OUTPUT's cell cache
+    (`CellCache`: a stopped table resumes at its missing cells)."""
     from hf_vrl.integrations import llava_eval
 
-    tasks = ",".join(dict.fromkeys(column.task for column in columns.values()))
+    cache = CellCache(output, "llava")
     measured = {}
     for label, path in models.items():
-        folder = Path(output) / (re.sub(r"[^\w.-]+", "-", label).strip("-") or "model")
-        argv = [path, "--tasks", tasks, "--output-dir", str(folder), "--dtype", dtype]
-        for flag, value in (("--include-path", include_path), ("--limit", limit), ("--device", device)):
-            argv += [flag, str(value)] if value is not None else []
-        llava_eval.main(argv)
-        report = json.loads((folder / llava_eval.RESULTS_FILE).read_text())
-        results = folder / report["lmms_eval_results"]
-        measured[label] = {name: _column_value(c, report, results, label) for name, c in columns.items()}
+        settings = {
+            n: {"model": path, "column": str(c), "limit": limit, "include_path": include_path}
+            for n, c in columns.items()
+        }
+        row = {name: cache.get(label, name, settings[name]) for name in columns}
+        missing = {name: column for name, column in columns.items() if row[name] is None}
+        if missing:
+            folder = Path(output) / _slug(label)
+            tasks = ",".join(dict.fromkeys(column.task for column in missing.values()))
+            argv = [path, "--tasks", tasks, "--output-dir", str(folder), "--dtype", dtype]
+            for flag, value in (("--include-path", include_path), ("--limit", limit), ("--device", device)):
+                argv += [flag, str(value)] if value is not None else []
+            llava_eval.main(argv)
+            report = json.loads((folder / llava_eval.RESULTS_FILE).read_text())
+            results = folder / report["lmms_eval_results"]
+            for name, column in missing.items():
+                row[name] = {"value": _column_value(column, report, results, label)}
+                cache.put(label, name, settings[name], row[name])
+        measured[label] = {name: cell["value"] for name, cell in row.items()}
     return measured
 
 
@@ -467,15 +576,19 @@ def llava_table_command(
 ) -> dict[str, dict[str, float]]:
     """A reproduce script's LLaVA table: `args.model` (LABEL=LLAVA_DIR) scored on the columns of `lmms` (table
     order; `paper` rows in it) that `args.sets` names, `args.task` overrides applied, printed "paper /
-    measured" under `heading`; returns {label: {column: value}}."""
+    measured" under `heading` (a column pointed at another task, or --limit, is the paper's no more: its
+    models get rows of their own); returns {label: {column: value}}. Everything is checked first
+    (`check_llava`)."""
     if not args.model:
         raise UserError("pass --model [LABEL=]LLAVA_DIR (repeatable): folders from hf-vrl export-llava")
     columns = lmms_columns(lmms, args.task, args.sets)
     models = parse_labelled(args.model, "--model")
+    check_llava(models, columns)
+    output = args.output_dir or args.eval_dir or default_dir
     measured = llava_table(
         columns,
         models,
-        args.eval_dir or default_dir,
+        output,
         include_path=args.include_path,
         limit=args.limit,
         device=args.device,
@@ -483,15 +596,26 @@ def llava_table_command(
     )
     order = list(lmms)
     rows = {row: [values[order.index(name)] for name in columns] for row, values in paper.items()}
-    print(f"\n{heading}; paper / measured")
+    changed = [name for name, column in columns.items() if column != lmms[name]]
+    differs = "; ".join(
+        part
+        for part in (
+            f"{', '.join(changed)} from other tasks" if changed else "",
+            f"first {args.limit} samples of each task" if args.limit else "",
+        )
+        if part
+    )
+    print(ran_header(f"\n{heading}; paper / measured", {"models": models, "cells": f"{output}/cells/llava"}))
     print("lmms-eval: " + "; ".join(f"{name} = {column}" for name, column in columns.items()))
-    print(paper_comparison(list(columns), rows, measured, digits=digits))
+    print(paper_comparison(list(columns), rows, measured, digits=digits, differs=differs or None))
     return measured
 
 
-def write_measured(output: str | None, record: Mapping[str, Any]) -> int:
-    """`--output`: the measured numbers as JSON (nothing without a path); the script's exit status, 0."""
+def write_measured(output: str | None, record: Mapping[str, Any], data: TableData | None = None) -> int:
+    """`--output`: the measured numbers as JSON, with the counts of the sets they come from (nothing without
+    a path); the script's exit status, 0."""
     if output:
-        Path(output).write_text(json.dumps(record, indent=2))
+        counts = {"counts": data.counts} if data is not None and data.counts else {}
+        Path(output).write_text(json.dumps({**record, **counts}, indent=2))
         print(f"measured: {output}")
     return 0

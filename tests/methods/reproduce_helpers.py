@@ -1,19 +1,19 @@
-"""Synthetic benchmarks in the layouts the reproduce examples read (image folders, parquet, the official
-MMVP-VLM folder, local lmms-eval tasks) and tiny models to evaluate on them."""
+"""Tiny hand-made copies of the benchmarks in the layouts their publishers ship (class folders named as the
+publishers name them, ILSVRC-2012's flat validation folder with Kaggle's LOC_val_solution.csv, the ImageNet-R,
+-A, -Sketch, -V2 archives, the FGVC-Aircraft archive, Karpathy's caption splits, the official MMVP-VLM
+folder), local lmms-eval tasks, and tiny models to evaluate on them."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
-import io
+import json
 import re
 import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
-
-from hf_vrl.metrics.mmvp import MMVP_CATEGORIES
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 INTEGRATIONS = Path(__file__).parents[1] / "integrations"
@@ -71,48 +71,160 @@ def _image(colour: tuple[int, int, int], rng: np.random.Generator, size: int = 1
     return Image.fromarray(np.clip(np.array(colour) + noise, 0, 255).astype(np.uint8))
 
 
-def image_folder(root: Path, splits=("train", "test"), classes=("red", "green", "blue"), per_class=4) -> Path:
-    """root/<split>/<class>/<i>.png, each class one noisy colour."""
+# three classes of each classification set, named as the publisher's folders (or OpenAI's list) name them
+CLASSES = {
+    "mnist": ("0", "1", "2"),
+    "cifar10": ("airplane", "automobile", "bird"),
+    "cifar100": ("apple", "aquarium_fish", "baby"),
+    "eurosat": ("AnnualCrop", "Forest", "SeaLake"),
+    "caltech101": ("Faces_easy", "Leopards", "accordion"),
+    "dtd": ("banded", "blotchy", "braided"),
+    "pets": ("Abyssinian", "Bengal", "american_bulldog"),
+    "flowers": ("1", "2", "3"),  # Flowers-102's label ids (imagelabels.mat), 1-based
+    "sun397": ("abbey", "airplane_cabin", "airport_terminal"),
+    "food101": ("apple_pie", "baby_back_ribs", "baklava"),
+    "ucf101": ("ApplyEyeMakeup", "ApplyLipstick", "Archery"),  # mid-frame folders, named as UCF-101's clips
+    "cars": ("AM General Hummer SUV 2000", "Acura RL Sedan 2012", "Acura TL Sedan 2012"),
+}
+IMAGENET = ("n01440764", "n01443537", "n01484850")  # tench, goldfish, great white shark
+IMAGENET_A = ("n01498041", "n01531178", "n01534433")  # of ImageNet-A's 200
+IMAGENET_R = ("n01443537", "n01484850", "n01494475")  # of ImageNet-R's 200
+AIRCRAFT = (
+    ("707-320", "Boeing 707", "Boeing"),
+    ("A380", "A380", "Airbus"),
+    ("Cessna 172", "Cessna 172", "Cessna"),
+)
+
+
+def _write(
+    folder: Path, count: int, colour: tuple[int, int, int], rng: np.random.Generator, ext="jpg"
+) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        _image(colour, rng).save(folder / f"{i}.{ext}")
+
+
+def class_folders(root: Path, key: str, splits=("test",), per_class: int = 4) -> Path:
+    """root/<split>/<class>/<i>.jpg with `key`'s classes, each class one noisy colour."""
     rng = np.random.default_rng(0)
     for split in splits:
-        for name, colour in zip(classes, COLOURS):
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for i in range(per_class):
-                _image(colour, rng).save(folder / f"{i}.png")
+        for name, colour in zip(CLASSES[key], COLOURS):
+            _write(root / split / name, per_class, colour, rng)
     return root
 
 
-def retrieval_parquet(root: Path, n: int = 6) -> Path:
-    """root/test-00000-of-00001.parquet: image + caption (two per image), as datasets writes a split."""
-    import datasets
-
+def imagenet_val(root: Path, per_class: int = 4) -> Path:
+    """Kaggle's ImageNet: ILSVRC/Data/CLS-LOC/val/ (flat) with LOC_val_solution.csv (the WNID first)."""
     rng = np.random.default_rng(1)
-    rows = {"image": [], "caption": []}
-    for i in range(n):
-        colour = COLOURS[i % 3]
-        buffer = io.BytesIO()
-        _image(colour, rng).save(buffer, format="PNG")
-        rows["image"].append({"bytes": buffer.getvalue(), "path": None})
-        rows["caption"].append([f"a photo of colour {i}", f"picture number {i}"])
-    features = datasets.Features(
-        {"image": datasets.Image(), "caption": datasets.Sequence(datasets.Value("string"))}
-    )
-    root.mkdir(parents=True)
-    datasets.Dataset.from_dict(rows, features=features).to_parquet(root / "test-00000-of-00001.parquet")
+    val = root / "ILSVRC" / "Data" / "CLS-LOC" / "val"
+    val.mkdir(parents=True)
+    rows, number = ["ImageId,PredictionString"], 0
+    for wnid, colour in zip(IMAGENET, COLOURS):
+        for _ in range(per_class):
+            number += 1
+            _image(colour, rng).save(val / f"ILSVRC2012_val_{number:08d}.JPEG", format="JPEG")
+            rows.append(f"ILSVRC2012_val_{number:08d},{wnid} 1 1 10 10")
+    (root / "LOC_val_solution.csv").write_text("\n".join(rows) + "\n")
     return root
+
+
+def objectnet(root: Path, per_class: int = 2) -> Path:
+    """objectnet-1.0/images/<folder>/<image>.png: three mapped folders and one without an ImageNet class."""
+    rng = np.random.default_rng(6)
+    for folder, colour in zip(("alarm_clock", "backpack", "banana", "squeegee"), (*COLOURS, COLOURS[0])):
+        _write(root / "objectnet-1.0" / "images" / folder, per_class, colour, rng, ext="png")
+    return root
+
+
+def cc3m_shards(root: Path) -> Path:
+    """img2dataset's output: 00000.tar (jpg, txt, json per sample) with 00000.parquet and 00000_stats.json."""
+    import io
+    import tarfile
+
+    root.mkdir(parents=True)
+    with tarfile.open(root / "00000.tar", "w") as tar:
+        buffer = io.BytesIO()
+        Image.new("RGB", (32, 32), COLOURS[0]).save(buffer, "JPEG")
+        for ext, data in (("jpg", buffer.getvalue()), ("txt", b"a red square"), ("json", b"{}")):
+            info = tarfile.TarInfo(f"000000000.{ext}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (root / "00000.parquet").write_bytes(b"PAR1 metadata, not data")
+    (root / "00000_stats.json").write_text('{"successes": 1}')
+    return root
+
+
+def imagenet_shift(root: Path, key: str, per_class: int = 4) -> Path:
+    """An ImageNet shift as its archive extracts: <wnid>/ folders (R, A, Sketch) or <label id>/ (V2)."""
+    rng = np.random.default_rng(2)
+    folders = {
+        "imagenet-r": ("imagenet-r", IMAGENET_R),
+        "imagenet-a": ("imagenet-a", IMAGENET_A),
+        "imagenet-sketch": ("sketch", IMAGENET),
+        "imagenet-v2": ("imagenetv2-matched-frequency-format-val", ("0", "1", "2")),
+    }
+    top, classes = folders[key]
+    for name, colour in zip(classes, COLOURS):
+        _write(root / top / name, per_class, colour, rng)
+    return root
+
+
+def aircraft_archive(root: Path, per_variant: int = 6) -> Path:
+    """fgvc-aircraft-2013b/data: images/<id>.jpg and images_<level>_{trainval,test}.txt."""
+    rng = np.random.default_rng(3)
+    data = root / "fgvc-aircraft-2013b" / "data"
+    (data / "images").mkdir(parents=True)
+    image_id = 1000000
+    for split in ("trainval", "test"):
+        lines = {"variant": [], "family": [], "manufacturer": []}
+        for (variant, family, maker), colour in zip(AIRCRAFT, COLOURS):
+            for _ in range(per_variant):
+                image_id += 1
+                _image(colour, rng).save(data / "images" / f"{image_id}.jpg")
+                for level, name in (("variant", variant), ("family", family), ("manufacturer", maker)):
+                    lines[level].append(f"{image_id} {name}")
+        for level, rows in lines.items():
+            (data / f"images_{level}_{split}.txt").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def karpathy(root: Path, key: str, n: int = 6) -> Path:
+    """Karpathy's dataset_<name>.json (two captions an image, the test split) beside the image folder."""
+    rng = np.random.default_rng(4)
+    file, folder = {
+        "flickr30k": ("dataset_flickr30k.json", "flickr30k-images"),
+        "flickr8k": ("dataset_flickr8k.json", "Flicker8k_Dataset"),
+        "mscoco": ("dataset_coco.json", "val2014"),
+    }[key]
+    images = []
+    for i in range(n):
+        name = f"COCO_val2014_{i:012d}.jpg" if key == "mscoco" else f"{1000 + i}.jpg"
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        _image(COLOURS[i % 3], rng).save(root / folder / name)
+        sentences = [{"raw": f"a photo of colour {i}"}, {"raw": f"picture number {i}"}]
+        entry = {"filename": name, "split": "test", "sentences": sentences}
+        images.append(entry | ({"filepath": "val2014"} if key == "mscoco" else {}))
+    images.append({"filename": "elsewhere.jpg", "split": "train", "sentences": [{"raw": "not read"}]})
+    (root / file).write_text(json.dumps({"images": images, "dataset": key}))
+    return root
+
+
+MMVP_TYPES = ("Orientation", "Presence", "State", "Quantity", "Spatial", "Color", "Structural_Character",
+              "Text", "Camera_Perspective")  # fmt: skip
 
 
 def mmvp_folder(root: Path) -> Path:
-    """The official MMVP-VLM layout: Questions.csv and MLLM_VLM Images/<Type>/<qid>.jpg, one pair a type."""
-    rng = np.random.default_rng(2)
-    rows = []
-    for n, category in enumerate(MMVP_CATEGORIES):
-        folder = root / "MLLM_VLM Images" / category
-        folder.mkdir(parents=True)
-        for qid, colour in ((2 * n + 1, COLOURS[0]), (2 * n + 2, COLOURS[2])):
-            _image(colour, rng).save(folder / f"{qid}.jpg")
-            rows.append({"Question ID": qid, "Type": category, "Statement": f"the thing is {colour}"})
+    """The official MMVP-VLM folder: Questions.csv (9 patterns x 15 pairs, qids 1..270 in order) and
+    MLLM_VLM Images/<Type>/<qid>.jpg, the Type spellings of the official file (its image folders)."""
+    rng = np.random.default_rng(5)
+    rows, qid = [], 0
+    for kind in MMVP_TYPES:
+        (root / "MLLM_VLM Images" / kind).mkdir(parents=True)
+        for _ in range(15):
+            for colour in (COLOURS[0], COLOURS[2]):
+                qid += 1
+                _image(colour, rng, size=8).save(root / "MLLM_VLM Images" / kind / f"{qid}.jpg")
+                rows.append({"Question ID": qid, "Type": kind, "Statement": f"the thing is {colour}"})
     with (root / "Questions.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["Question ID", "Type", "Statement"])
         writer.writeheader()

@@ -1,5 +1,6 @@
-"""examples/reproduce_dcr.py end to end on synthetic data in the layouts it reads (Table 3: a tiny exported
-LLaVA on local lmms-eval tasks, against a hand count), and the paper's numbers it ships
+"""examples/reproduce_dcr.py end to end on tiny hand-made copies of the official layouts (Table 3: a tiny
+exported LLaVA on local lmms-eval tasks, against a hand count): counts checked before any model loads,
+partial copies refused or scored and marked, cells resumed; and the paper's numbers it ships
 (hf_vrl.methods.dcr.paper) with Table 3's lmms-eval columns."""
 
 from __future__ import annotations
@@ -8,14 +9,16 @@ import json
 import re
 
 import pytest
+from PIL import Image
 from reproduce_helpers import (
     POPE_TASK,
+    class_folders,
     example,
-    image_folder,
+    imagenet_val,
+    karpathy,
     llava_tasks,
     lmms_task_metrics,
     mmvp_folder,
-    retrieval_parquet,
     tiny_clip_folder,
 )
 
@@ -64,14 +67,16 @@ def test_paper_comparison_puts_models_beside_the_paper_rows():
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    """Every benchmark of the three tables as tiny synthetic sets; a tiny CLIP and a DCR export of it."""
+    """Every benchmark of the three tables as a tiny copy of its official layout; a tiny CLIP and a DCR
+    export of it."""
     from hf_vrl.models.dcr import DCRModel
 
     root = tmp_path_factory.mktemp("data")
-    for key in ("mnist", "cifar10", "eurosat", "caltech101", "dtd", "imagenet"):
-        image_folder(root / key, splits=("test",))
+    for key in ("mnist", "cifar10", "eurosat", "caltech101", "dtd"):
+        class_folders(root / key, key)
+    imagenet_val(root / "imagenet")
     for key in ("flickr30k", "mscoco"):
-        retrieval_parquet(root / key)
+        karpathy(root / key, key)
     mmvp_folder(root / "mmvp_vlm")
     models = tmp_path_factory.mktemp("models")
     clip = tiny_clip_folder(models / "clip")
@@ -89,27 +94,88 @@ def _rows(out: str) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("table", [1, 2, 6])
 def test_each_table_runs_end_to_end(setup, table, tmp_path, capsys):
+    """The copies of Tables 2 and 6 are partial (scored with --allow-partial, their cells marked, their
+    counts printed and written); Table 1's MMVP-VLM file is whole (unmarked)."""
     root, clip, dcr = setup
-    argv = ["--table", str(table), "--data-root", str(root), "--model", f"Original={clip}"]
+    argv = ["--table", str(table), "--data-root", str(root), "--model", f"Original={clip}", "--allow-partial"]
     argv += ["--model", f"Ours={dcr}", "--text-model", str(clip), "--output", str(tmp_path / "m.json")]
-    assert example("reproduce_dcr").main(argv) == 0
-    rows = _rows(capsys.readouterr().out)
-    measured = json.loads((tmp_path / "m.json").read_text())["measured"]
+    if table == 6:  # zero-shot ImageNet prompts 1,000 classes x 80 templates: Table 2 covers its copy
+        argv += ["--sets", "mnist", "cifar10", "eurosat", "caltech101", "dtd", "flickr30k", "mscoco"]
+    assert example("reproduce_dcr").main([*argv, "--output-dir", str(tmp_path / "cells")]) == 0
+    out = capsys.readouterr().out
+    rows = _rows(out.split("\n† ")[0])
+    record = json.loads((tmp_path / "m.json").read_text())
+    measured = record["measured"]
     columns = PAPER_TABLES[table]["OpenAI ViT-L-14 224" if table != 6 else "unstated"].columns
+    if table == 6:
+        columns = tuple(c for c in columns if c != "IN-1K")
     assert set(measured["Ours"]) == set(columns) == set(measured["Original"])
+    mark = "" if table == 1 else "†"
     for label in ("Original", "Ours"):
-        assert len(rows[label]) == len(columns)
-        assert all(re.fullmatch(r"\d+\.\d+ / \d+\.\d+", cell) for cell in rows[label]), rows[label]
+        cells = [cell for cell in rows[label] if not cell.endswith("/ -")]  # Table 6: ImageNet left out
+        assert len(cells) == len(columns)
+        assert all(re.fullmatch(rf"\d+\.\d+ / \d+\.\d+{mark}", cell) for cell in cells), rows[label]
     if table == 2:  # the DCR export is the same tower: the same clustering
         assert measured["Ours"] == measured["Original"]
+        assert record["counts"]["mnist/test"]["described"] == "12 of 10,000 images, 3 of 10 classes"
+        assert "† mnist/test: 12 of 10,000 images, 3 of 10 classes (not the paper's set)" in out
+        assert "imagenet/validation: 12 of 50,000 images, 3 of 1,000 classes" in out  # the header
+    if table == 1:
+        assert record["counts"]["mmvp_vlm/test"]["complete"] and "not the paper's set" not in out
+    if table == 6:
+        assert record["counts"]["flickr30k/test"]["described"] == "6 of 1,000 images, 12 of 5,000 captions"
 
 
-def test_missing_data_is_one_line(setup, tmp_path, capsys):
+def test_a_partial_copy_is_refused_in_one_line_before_any_model_loads(setup, tmp_path, capsys):
+    root, clip, _ = setup
+    argv = ["--table", "2", "--data-root", str(root), "--model", str(clip), "--output-dir", str(tmp_path)]
+    assert example("reproduce_dcr").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: MNIST test at ")
+    assert (
+        "12 of 10,000 images, 3 of 10 classes (missing 3, 4, 5, 6, 7 and 2 more)" in err
+        and "--allow-partial" in err
+    )
+    assert not (tmp_path / "cells").exists()
+
+
+def test_cells_are_kept_and_a_stopped_table_resumes(setup, tmp_path, capsys, monkeypatch):
+    """A second run reads every cell back and loads no model; a cell removed is measured again alone."""
+    import hf_vrl.paper_eval
+
+    root, clip, _ = setup
+    argv = ["--table", "2", "--data-root", str(root), "--model", f"Original={clip}", "--allow-partial"]
+    argv += ["--sets", "mnist", "dtd", "--output-dir", str(tmp_path)]
+    assert example("reproduce_dcr").main(argv) == 0
+    first = _rows(capsys.readouterr().out.split("\n† ")[0])
+    cells = tmp_path / "cells" / "table2-OpenAI-ViT-L-14-224" / "Original"
+    assert sorted(p.name for p in cells.iterdir()) == ["dtd.json", "mnist.json"]
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a cached table loaded a model")
+
+    monkeypatch.setattr(hf_vrl.paper_eval, "load_model", no_model)
+    assert example("reproduce_dcr").main(argv) == 0
+    assert _rows(capsys.readouterr().out.split("\n† ")[0]) == first
+    (cells / "dtd.json").unlink()
+    monkeypatch.undo()
+    assert example("reproduce_dcr").main(argv) == 0
+    assert _rows(capsys.readouterr().out.split("\n† ")[0]) == first and (cells / "dtd.json").is_file()
+
+
+def test_missing_data_or_a_wrong_layout_is_one_line(setup, tmp_path, capsys):
     _, clip, _ = setup
     argv = ["--table", "2", "--data-root", str(tmp_path), "--model", str(clip)]
     assert example("reproduce_dcr").main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "mnist is missing" in err and len(err.splitlines()) == 1
+    assert err.startswith("error: ") and "mnist is missing: put mnist there as <split>/<class>/<image>" in err
+    assert len(err.splitlines()) == 1
+    (tmp_path / "imagenet" / "val").mkdir(parents=True)
+    (tmp_path / "imagenet" / "val" / "ILSVRC2012_val_00000001.JPEG").write_bytes(b"")
+    argv = ["--table", "2", "--sets", "imagenet", "--data-root", str(tmp_path), "--model", str(clip)]
+    assert example("reproduce_dcr").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "flat validation folder: put the devkit" in err and len(err.splitlines()) == 1
 
 
 def test_an_unknown_backbone_is_refused(setup, capsys):
@@ -119,19 +185,35 @@ def test_an_unknown_backbone_is_refused(setup, capsys):
     assert "--backbone 'ViT-Z': Table 1 has OpenAI ViT-L-14 224" in capsys.readouterr().err
 
 
+def test_help_lists_the_layouts(capsys):
+    with pytest.raises(SystemExit):
+        example("reproduce_dcr").main(["--help"])
+    text = capsys.readouterr().out
+    assert "imagenet: ILSVRC-2012 as published" in text and "LOC_val_solution.csv" in text
+    assert (
+        "flickr30k: Karpathy's dataset_<name>.json" in text
+        and "mmvp_vlm: the official MMVP-VLM folder" in text
+    )
+
+
 def test_sources_name_a_benchmark_with_its_split(setup, tmp_path):
-    """--source KEY=NAME[@SPLIT]: any name the registry loads (a save_to_disk folder here), split after @."""
-    from datasets import DatasetDict
+    """--source KEY=NAME[@SPLIT]: a datasets copy (save_to_disk here), split after @, relabelled in the
+    benchmark's classes."""
+    import datasets
 
-    from hf_vrl.paper_eval import load_benchmark
+    from hf_vrl.paper_eval import TableData
 
-    root, _, _ = setup
+    rows = {"img": [datasets.Image().encode_example(Image.new("RGB", (8, 8)))] * 3, "label": [2, 0, 2]}
+    features = datasets.Features(
+        {"img": datasets.Image(), "label": datasets.ClassLabel(names=["cat", "dog", "bird"])}
+    )
     saved = tmp_path / "saved"
-    mnist = load_benchmark("mnist", root, {})
-    mnist.reset_format()  # the contract's decoding transform is not saved
-    DatasetDict({"train": mnist}).save_to_disk(str(saved))
-    dataset = load_benchmark("cifar10", None, {"cifar10": f"{saved}@train"}, limit=5)
-    assert len(dataset) == 5 and dataset.features["label"].names == ["blue", "green", "red"]
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows, features=features)}).save_to_disk(saved)
+    data = TableData(None, {"cifar10": f"{saved}@train"}, allow_partial=True)
+    dataset = data.load("cifar10")
+    names = dataset.features["label"].names
+    assert [names[i] for i in dataset["label"]] == ["bird", "cat", "bird"] and len(names) == 10
+    assert data.counts["cifar10/train"]["described"] == "3 of 50,000 images, 2 of 10 classes"
 
 
 def test_table3_is_shipped_as_printed():
@@ -213,6 +295,29 @@ def test_a_source_column_counts_the_logged_samples_of_that_source(tmp_path, monk
         )
 
 
+def test_table3_checks_everything_before_lmms_eval_runs(setup, tmp_path, capsys, monkeypatch):
+    """A folder that is not a LLaVA, and HallusionBench without OPENAI_API_KEY: one line each, nothing run."""
+    pytest.importorskip("lmms_eval", reason="lmms-eval is not installed")
+    _, clip, _ = setup
+    argv = ["--table", "3", "--model", f"Ours={clip}", "--output-dir", str(tmp_path)]
+    assert example("reproduce_dcr").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: --model Ours={clip} is a 'clip' folder, not a LLaVA: the LLaVA tables score folders from "
+        "hf-vrl export-llava / llava-align"
+    )
+    llava = tmp_path / "llava"
+    llava.mkdir()
+    (llava / "config.json").write_text('{"model_type": "llava"}')
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert example("reproduce_dcr").main(["--table", "3", "--model", f"Ours={llava}"]) == 2
+    assert (
+        "hallusion_bench_image is graded by GPT through lmms-eval: set OPENAI_API_KEY"
+        in capsys.readouterr().err
+    )
+    assert not (tmp_path / "cells").exists()
+
+
 def test_an_unknown_table3_column_is_one_line(capsys):
     assert example("reproduce_dcr").main(["--table", "3", "--model", "Ours=a", "--task", "POPE=x"]) == 2
     assert "--task 'POPE=x': no column 'POPE'" in capsys.readouterr().err
@@ -241,8 +346,9 @@ def test_table3_scores_an_exported_llava_through_lmms_eval_as_a_hand_count(tmp_p
     out = capsys.readouterr().out
     assert f"POPE rand = {POPE_TASK}:pope_f1_score" in out
     rows = _rows(out)
-    assert rows["Ours"] == [
-        f"88.0 / {100 * hand['pope_f1_score']:.1f}",
-        f"67.5 / {100 * hand['yes/no accuracy']:.1f}",
+    assert rows["Ours"] == ["88.0 / -", "67.5 / -"]  # other tasks than the paper's: not beside its numbers
+    assert rows["Ours (POPE rand, SciQA-IMG from other tasks)"] == [
+        f"- / {100 * hand['pope_f1_score']:.1f}",
+        f"- / {100 * hand['yes/no accuracy']:.1f}",
     ]
     assert rows["un2CLIP"] == ["88.0 / -", "68.4 / -"]

@@ -60,14 +60,73 @@ def test_seeds_show_as_mean_and_std_and_dive_is_tested_against_each_row():
 def test_table_2_runs_resolve_to_the_paper_setting(tmp_path):
     (name, options, cells), *_ = example().targets(2, tmp_path)
     config = parse_run_args(DiVERunConfig, [*options, "--objective", "flyp"]).config
-    assert config.data.dataset == f"imagefolder:{tmp_path / 'imagenet'}"
+    assert config.data.dataset == f"imagenet:{tmp_path / 'imagenet'}"  # the registry's names, no path pattern
     assert config.eval.eval_dataset == config.data.dataset and config.eval.eval_split == "test"
-    assert config.dive.ood_datasets == [f"imagefolder:{tmp_path / n}" for n in example().OOD_FOLDERS.values()]
-    assert len(config.dive.zero_shot_datasets) == 10 and config.optim.global_batch_size == 512
-    assert cells["ImageNet-R"] == ("ood", f"imagefolder:{tmp_path / 'imagenet-r'}")
+    assert config.dive.ood_datasets == [f"{key}:{tmp_path / key}" for key in example().OOD_KEYS.values()]
+    assert config.dive.reference_dataset == [f"cc3m:{tmp_path / 'cc3m'}"]
+    zero_shot = config.dive.zero_shot_datasets
+    assert len(zero_shot) == 10 and f"fgvc_aircraft:{tmp_path / 'aircraft'}" in zero_shot
+    assert config.optim.global_batch_size == 512
+    assert cells["ImageNet-R"] == ("ood", f"imagenet-r:{tmp_path / 'imagenet-r'}")
     assert set(cells) == set(PAPER_TABLES[2].columns)
     iwildcam, fmow = example().targets(4, tmp_path)
-    assert parse_run_args(DiVERunConfig, [*fmow[1], "--objective", "dive"]).config.optim.learning_rate == 3e-5
+    config = parse_run_args(DiVERunConfig, [*fmow[1], "--objective", "dive"]).config
+    assert config.optim.learning_rate == 3e-5 and config.eval.eval_split == "id_test"
+    assert config.dive.ood_splits == {f"fmow:{tmp_path / 'fmow'}": "test"}
+
+
+@pytest.fixture
+def table2_data(tmp_path):
+    """Every set Table 2's runs read, as a tiny copy of its official layout (each partial)."""
+    from reproduce_helpers import (
+        aircraft_archive,
+        cc3m_shards,
+        class_folders,
+        imagenet_shift,
+        imagenet_val,
+        objectnet,
+    )
+
+    root = tmp_path / "data"
+    imagenet_val(root / "imagenet")
+    for key in ("imagenet-v2", "imagenet-a", "imagenet-r", "imagenet-sketch"):
+        imagenet_shift(root / key, key)
+    objectnet(root / "objectnet")
+    for key in ("caltech101", "flowers", "food101", "sun397", "dtd", "pets", "eurosat", "ucf101", "cars"):
+        class_folders(root / key, key)
+    aircraft_archive(root / "aircraft")
+    cc3m_shards(root / "cc3m")
+    return root
+
+
+def test_every_evaluation_set_is_counted_before_any_run(table2_data, capsys):
+    """Without --allow-partial the first partial set stops the table in one line, before training; with it
+    the sets' counts are recorded and their columns marked."""
+    module = example()
+    assert module.main(["--data-root", str(table2_data), "--table", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: Caltech-101 test at caltech101:")
+    assert "--allow-partial" in err
+    counts, marked = module.check_data(2, table2_data, allow_partial=True)
+    assert counts["imagenet/test"]["described"] == "12 of 50,000 images, 3 of 1,000 classes"
+    assert counts["objectnet/test"]["described"] == "6 of 18,574 images, 3 of 113 classes"
+    assert counts["fgvc_aircraft/test"]["described"] == "18 of 3,333 images, 3 of 100 classes"
+    assert set(marked) == set(PAPER_TABLES[2].columns)
+    assert not (table2_data.parent / "runs").exists()
+
+
+def test_a_missing_set_is_one_line_naming_the_expected_layout(tmp_path, capsys):
+    assert example().main(["--data-root", str(tmp_path), "--table", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "the reference set (cc3m/) cc3m:" in err
+
+
+def test_help_lists_the_layouts(capsys):
+    with pytest.raises(SystemExit):
+        example().main(["--help"])
+    text = capsys.readouterr().out
+    assert "fmow: WILDS' fmow_v1.1/" in text and "objectnet: objectnet-1.0/images/" in text
+    assert "cc3m: img2dataset's output folder" in text
 
 
 # dive-tiny shrunk, as in test_dive_example
@@ -94,14 +153,20 @@ def test_reproduce_end_to_end_on_the_embedded_data(tmp_path, capsys):
         "dive",
     ]
     assert example().run([*argv, *TINY]) == 0
-    out = capsys.readouterr().out.split("paper / measured, percent:\n")[-1]
+    out = capsys.readouterr().out
+    assert "Table 8 (CLIP ViT-L/14" not in out  # no paper title, no paper number beside the toy world's
+    assert "preset: dive-tiny" in out and "overrides: --pretrain-steps 2" in out
     lines = {
-        parts[0]: parts[1:] for parts in (re.split(r"\s{2,}", line.strip()) for line in out.splitlines()[1:])
+        parts[0]: parts[1:]
+        for parts in (
+            re.split(r"\s{2,}", line.strip()) for line in out.split("measured, percent:\n")[-1].splitlines()
+        )
     }
     for row in ("Pre-trained", "FLYP", "DiVE"):
-        assert all(re.fullmatch(r"\d+\.\d / \d+\.\d", cell) for cell in lines[row]), lines[row]
-    assert all(cell.endswith("/ -") for cell in lines["SnD"])
-    assert lines["DiVE"][0].startswith("86.1 / ")
+        assert all(re.fullmatch(r"- / \d+\.\d", cell) for cell in lines[row]), lines[row]
+    assert "SnD" not in lines
+    assert example().run([*argv, *TINY]) == 0  # the finished runs are read back, not trained again
+    assert "no step" not in capsys.readouterr().err
 
 
 def test_the_cross_entropy_rows_are_trained():
@@ -124,15 +189,15 @@ def test_reproduce_table_4_with_the_cross_entropy_baselines(tmp_path, capsys):
         "lp_ft",
     ]
     assert example().run([*argv, *TINY]) == 0
-    out = capsys.readouterr().out.split("paper / measured, percent:\n")[-1]
+    out = capsys.readouterr().out.split("measured, percent:\n")[-1]
     lines = {
         parts[0]: parts[1:] for parts in (re.split(r"\s{2,}", line.strip()) for line in out.splitlines()[1:])
     }
     for row in ("Pre-trained", "Vanilla FT", "LP-FT"):
         iwildcam, fmow = lines[row][:3], lines[row][3:]
-        assert all(re.fullmatch(r"\d+\.\d / \d+\.\d", cell) for cell in iwildcam), lines[row]
-        assert all(cell.endswith("/ -") for cell in fmow), lines[row]  # no regions in the toy world
-    assert all(cell.endswith("/ -") for cell in lines["DiVE"])
+        assert all(re.fullmatch(r"- / \d+\.\d", cell) for cell in iwildcam), lines[row]
+        assert all(cell == "- / -" for cell in fmow), lines[row]  # no regions in the toy world
+    assert "DiVE" not in lines
     report = json.loads((tmp_path / "embedded/seed0/lp_ft/report.json").read_text())
     assert set(report["train"]["stages"]) == {"linear_probe", "train"}
     assert {"top1", "macro_f1"} <= set(report["after"]["zero_shot"])

@@ -31,9 +31,10 @@ def mmvp_writer():
 
 @pytest.fixture
 def mmvp_dir(tmp_path):
+    """The first three pairs of the official file (qids 1-6: the Orientation pattern), a partial copy."""
     pairs = [
-        ("Color and Appearance", ("red", "a red square"), ("blue", "a blue square")),
-        ("Color and Appearance", ("green", "a green square"), ("red", "a red square")),
-        ("Texts", ("blue", "a blue square"), ("green", "a green square")),
+        ("Orientation", ("red", "a red square"), ("blue", "a blue square")),
+        ("Orientation", ("green", "a green square"), ("red", "a red square")),
+        ("Orientation", ("blue", "a blue square"), ("green", "a green square")),
     ]
     return write_mmvp_dir(tmp_path, pairs)

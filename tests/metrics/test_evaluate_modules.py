@@ -270,8 +270,11 @@ def _top_level_imports(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:  # a file beside it, which evaluate copies along
+            assert node.level == 1 and (path.parent / f"{node.module}.py").is_file(), (
+                f"{path.name}: {node.module}"
+            )
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path.name} imports relatively; evaluate copies the file alone"
             names.add(node.module.split(".")[0])
     return names - set(sys.stdlib_module_names) - {"__future__"}
 

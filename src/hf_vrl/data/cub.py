@@ -15,6 +15,7 @@ from pathlib import Path
 from datasets import Dataset, List, Value
 
 from .images import MISSING_IMAGE, DecodeTransform, ImageDecodeError, SampleFilter, decode_image
+from .layouts import Layout
 from .offline import SPLITS, subsample
 from .prompts import captions_for_labels, clean_class_name
 from .schema import contract_features
@@ -137,3 +138,19 @@ def _decodes(path: Path, checker: SampleFilter) -> bool:
         checker.skip(error.kind, str(error), str(path))
         return False
     return True
+
+
+def _find(root: Path) -> Path | None:
+    try:
+        return find_cub_root(root)
+    except FileNotFoundError:
+        return None
+
+
+LAYOUT = Layout(
+    "cub",
+    "CUB_200_2011/ as extracted from CUB_200_2011.tgz (images.txt, image_class_labels.txt, "
+    "train_test_split.txt, classes.txt, images/)",
+    _find,
+    lambda root, split, benchmark: load_cub(root, split),
+)

@@ -8,9 +8,12 @@ caption is a class-name template of the fine class (as CUB's): label supervision
 
 Sources: the official FGVC-Aircraft archive (`fgvc-aircraft-2013b/data`: images/<id>.jpg and
 images_{variant,family,manufacturer}_{split}.txt, "<id> <name>" per line; the images keep the 20-pixel
-copyright banner at the bottom), a Stanford Cars image folder (`{train,test}/<class name>/<image>`), or any
-Dataset with a ClassLabel per level or a fine ClassLabel whose names give the coarse class
-(`with_hierarchy`: e.g. a Hub copy of Stanford Cars with `car_make`).
+copyright banner at the bottom), Stanford Cars as published (`cars_train/`, `cars_test/` and the devkit's
+`cars_meta.mat` / `cars_train_annos.mat` with `cars_test_annos_withlabels.mat`, read with `scipy.io.loadmat`;
+`class` is 1-based) or as an image folder (`{train,test}/<class name>/<image>`), or any Dataset with a
+ClassLabel per level or a fine ClassLabel whose names give the coarse class (`with_hierarchy`: e.g. a Hub copy
+of Stanford Cars with `car_make`). The fine level always holds every official class (a partial copy is scored
+over all 100 / 196), and images listed but absent are left out (the count check sees them missing).
 """
 
 from __future__ import annotations
@@ -21,15 +24,20 @@ from pathlib import Path
 
 from datasets import ClassLabel, Dataset, Value
 
+from hf_vrl.errors import UserError
+
+from .benchmarks import BENCHMARKS, Benchmark
 from .images import DecodeTransform
+from .layouts import Layout, class_folders, image_files, loadmat, official_labels
 from .offline import SPLITS, subsample
 from .prompts import captions_for_labels
 from .schema import FINE_LABEL, LABEL, contract_features
-from .webdataset import IMAGE_EXTENSIONS
 
 __all__ = [
     "AIRCRAFT_LEVELS",
+    "at_level",
     "car_make",
+    "find_cars_devkit",
     "find_aircraft_root",
     "load_fgvc_aircraft",
     "load_stanford_cars",
@@ -64,6 +72,8 @@ def _level_names(base: Path, level: str) -> list[str]:
     listing = base / f"{'families' if level == 'family' else level + 's'}.txt"
     if listing.is_file():
         return [line.strip() for line in listing.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if level == "variant":  # the 100 variants in the official order (variants.txt's, OpenAI's)
+        return list(BENCHMARKS["aircraft"].class_names)
     names = set()
     for path in base.glob(f"images_{level}_*.txt"):
         names.update(_names_by_id(path).values())
@@ -110,10 +120,10 @@ def load_fgvc_aircraft(
     manufacturer. `limit`: a seeded random subset."""
     if coarse not in AIRCRAFT_LEVELS[1:]:
         raise ValueError(f"coarse must be one of {AIRCRAFT_LEVELS[1:]}, got {coarse!r}")
-    name = {"train_only": "train", **AIRCRAFT_SPLITS}.get(split, split)
+    name = {"train_only": "train", "validation": "val", **AIRCRAFT_SPLITS}.get(split, split)
     base = find_aircraft_root(root)
     per_level = {level: _names_by_id(base / f"images_{level}_{name}.txt") for level in AIRCRAFT_LEVELS}
-    ids = sorted(per_level["variant"])
+    ids = sorted(i for i in per_level["variant"] if (base / "images" / f"{i}.jpg").is_file())
     ids = [ids[i] for i in subsample(len(ids), limit, seed)]
     levels = {}
     for level in AIRCRAFT_LEVELS:
@@ -132,36 +142,124 @@ def car_make(class_name: str) -> str:
     return class_name.split(" ", 1)[0]
 
 
-def load_stanford_cars(
-    root: str | os.PathLike, split: str = "train", *, limit: int | None = None, seed: int = 0
-) -> Dataset:
-    """Stanford Cars from an image folder `root/{train,test}/<class name>/<image>`: `fine_label` the class
-    (make model body year, 196), `label` its make (`car_make`, 49); columns model and make. The classes are
-    those of every split folder present, so train and test share their ids."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    root = Path(root)
+def find_cars_devkit(root: str | os.PathLike) -> Path | None:
+    """The folder holding Stanford Cars' devkit/cars_meta.mat (and cars_train/, cars_test/): `root` or
+    `root/stanford_cars` (torchvision's place); None when there is none."""
+    for base in (Path(root), Path(root) / "stanford_cars"):
+        if (base / "devkit" / "cars_meta.mat").is_file():
+            return base
+    return None
+
+
+def _mat_rows(path: Path, key: str) -> list:
+    import numpy as np
+
+    return list(np.atleast_1d(loadmat(path)[key]))
+
+
+def _cars_devkit(base: Path, split: str) -> tuple[list[Path], list[int], list[str]]:
+    """(image paths, 0-based class ids, the 196 class names) of a split from the devkit's .mat files."""
+    names = [str(name) for name in _mat_rows(base / "devkit" / "cars_meta.mat", "class_names")]
+    if split == "train":
+        annotations = base / "devkit" / "cars_train_annos.mat"
+    else:
+        candidates = (
+            base / "cars_test_annos_withlabels.mat",
+            base / "devkit" / "cars_test_annos_withlabels.mat",
+        )
+        annotations = next((p for p in candidates if p.is_file()), candidates[0])
+    if not annotations.is_file():
+        raise UserError(
+            f"Stanford Cars at {base}: {annotations.name} is missing (the test labels are published as "
+            "cars_test_annos_withlabels.mat, beside cars_test/ or in devkit/)"
+        )
+    folder = base / f"cars_{split}"
+    rows = [(folder / str(a["fname"]), int(a["class"]) - 1) for a in _mat_rows(annotations, "annotations")]
+    rows = sorted((path, label) for path, label in rows if path.is_file())
+    return [path for path, _ in rows], [label for _, label in rows], names
+
+
+def _cars_folders(root: Path, split: str) -> tuple[list[Path], list[int], list[str]]:
+    """(image paths, class ids, the 196 official names) of `root/<split>/<class name>/`; class folders are
+    matched to the official names (`hf_vrl.data.layouts.official_labels`)."""
     folder = root / split
     if not folder.is_dir():
         raise FileNotFoundError(
-            f"no Stanford Cars split folder {folder} (expected {root}/{{train,test}}/<class>/)"
+            f"no Stanford Cars split folder {folder} (expected {root}/{{train,test}}/<class>/, or the devkit)"
         )
-    classes = sorted(
-        {p.name for s in SPLITS if (root / s).is_dir() for p in (root / s).iterdir() if p.is_dir()}
-    )
-    files = sorted(
-        p.relative_to(root).as_posix()
-        for p in folder.glob("*/*")
-        if p.suffix.lower().lstrip(".") in IMAGE_EXTENSIONS
-    )
-    files = [files[i] for i in subsample(len(files), limit, seed)]
-    models = [classes.index(Path(f).parent.name) for f in files]
+    benchmark = BENCHMARKS["cars"]
+    classes = class_folders(folder)
+    paths, labels = [], []
+    for label, sub in zip(official_labels(benchmark, [c.name for c in classes]), classes):
+        files = image_files(sub)
+        paths += files
+        labels += [label] * len(files)
+    return paths, labels, list(benchmark.class_names)
+
+
+def load_stanford_cars(
+    root: str | os.PathLike, split: str = "train", *, limit: int | None = None, seed: int = 0
+) -> Dataset:
+    """Stanford Cars from the devkit (`find_cars_devkit`) or an image folder `root/{train,test}/<class
+    name>/`: `fine_label` the class (make model body year, all 196), `label` its make (`car_make`, 49);
+    columns model and make."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    devkit = find_cars_devkit(root)
+    paths, models, classes = _cars_devkit(devkit, split) if devkit else _cars_folders(Path(root), split)
+    keep = subsample(len(paths), limit, seed)
+    paths, models = [paths[i] for i in keep], [models[i] for i in keep]
     makes = sorted({car_make(c) for c in classes})
     levels = {
         "model": (models, classes),
         "make": ([makes.index(car_make(classes[m])) for m in models], makes),
     }
-    return _hierarchy_dataset([str(root / f) for f in files], files, levels, "model", "make", seed)
+    keys = [Path(p).relative_to(devkit or root).as_posix() for p in paths]
+    return _hierarchy_dataset([str(p) for p in paths], keys, levels, "model", "make", seed)
+
+
+def at_level(dataset: Dataset, level: str, benchmark: Benchmark) -> Dataset:
+    """`dataset` with `label` = its ClassLabel column `level` ("variant", "model": the level a table
+    scores); a dataset without that column (a generic copy) is labelled at the fine level already."""
+    if level not in dataset.column_names:
+        return dataset
+    feature, values = dataset.features[level], list(dataset[level])
+    return dataset.remove_columns(LABEL).add_column(LABEL, values, feature=feature)
+
+
+def _find_aircraft(root: Path) -> Path | None:
+    try:
+        return find_aircraft_root(root)
+    except FileNotFoundError:
+        return None
+
+
+def _find_cars_folders(root: Path) -> Path | None:
+    return root if any((root / split).is_dir() and class_folders(root / split) for split in SPLITS) else None
+
+
+LAYOUTS = (
+    Layout(
+        "fgvc-aircraft",
+        "the FGVC-Aircraft archive: fgvc-aircraft-2013b/data/ (images/, images_{variant,family,manufacturer}_"
+        "<split>.txt)",
+        _find_aircraft,
+        lambda root, split, benchmark: load_fgvc_aircraft(root, split),
+    ),
+    Layout(
+        "cars-devkit",
+        "Stanford Cars as published: cars_train/, cars_test/, devkit/cars_meta.mat, "
+        "devkit/cars_train_annos.mat and cars_test_annos_withlabels.mat",
+        find_cars_devkit,
+        lambda root, split, benchmark: load_stanford_cars(root, split),
+    ),
+    Layout(
+        "cars-folders",
+        "{train,test}/<class name>/<image> (Stanford Cars' class names)",
+        _find_cars_folders,
+        lambda root, split, benchmark: load_stanford_cars(root, split),
+    ),
+)
 
 
 def with_hierarchy(

@@ -368,6 +368,30 @@ OPENAI_TEMPLATES: dict[str, tuple[str, ...]] = {
     "voc2007": ("a photo of a {}.",),
 }
 
+# FLYP's templates of the WILDS sets of DiVE's Table 4 (OpenAI evaluated neither): src/templates/
+# iwildcam_template.py and fmow_template.py; the two FMoW templates that insert "a" or "an" by the class
+# name's first letter (`append_proper_article`) are left out (hf_vrl fills verbatim; their "a" forms are in)
+FLYP_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "iwildcam": ("a photo of {}.", "{} in the wild."),
+    "fmow": (
+        "satellite photo of a {}.",
+        "aerial photo of a {}.",
+        "satellite photo of a {} in asia.",
+        "aerial photo of a {} in asia.",
+        "satellite photo of a {} in africa.",
+        "aerial photo of a {} in africa.",
+        "satellite photo of a {} in the americas.",
+        "aerial photo of a {} in the americas.",
+        "satellite photo of a {} in europe.",
+        "aerial photo of a {} in europe.",
+        "satellite photo of a {} in oceania.",
+        "aerial photo of a {} in oceania.",
+        "a photo of a {}.",
+        "{}.",
+    ),
+}
+ZERO_SHOT_SETS: dict[str, tuple[str, ...]] = {**OPENAI_TEMPLATES, **FLYP_TEMPLATES}
+
 DEFAULT_TEMPLATE_SET = "imagenet"  # clip_benchmark's fallback for a dataset without templates of its own
 
 # Other names of the sets above (compared after `_normalise`), and hf_vrl's mappings for datasets OpenAI did
@@ -407,13 +431,14 @@ def _normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-_TEMPLATE_SETS = {_normalise(key): key for key in OPENAI_TEMPLATES} | {
+_TEMPLATE_SETS = {_normalise(key): key for key in ZERO_SHOT_SETS} | {
     _normalise(alias): key for alias, key in _TEMPLATE_ALIASES.items()
 }
 
 
 def template_set_for(dataset_name: str | None) -> str | None:
-    """The key in `OPENAI_TEMPLATES` for a dataset name, None when it has no set (see `zero_shot_templates`).
+    """The key in `ZERO_SHOT_SETS` (OpenAI's sets, FLYP's for iWildCam and FMoW) for a dataset name, None when
+    it has no set (see `zero_shot_templates`).
 
     Accepts set names and their aliases in any case and spelling ("CIFAR-10", "fgvc_aircraft", "cars") and the
     data registry's names: "cub:<root>" is CUB; for "hf:<id>", "imagefolder:<dir>" and other paths the last
@@ -436,9 +461,14 @@ def _named_in(dataset_name: str | None, table: dict[str, str]) -> str | None:
 
 
 def zero_shot_templates(dataset_name: str | None) -> list[str]:
-    """OpenAI's zero-shot templates for `dataset_name` (a list of "{}" strings), ImageNet's 80 for a dataset
-    without a set of its own (clip_benchmark's fallback) or for None."""
-    return list(OPENAI_TEMPLATES[template_set_for(dataset_name) or DEFAULT_TEMPLATE_SET])
+    """OpenAI's zero-shot templates for `dataset_name` (FLYP's for iWildCam and FMoW; a list of "{}"
+    strings), ImageNet's 80 for a dataset without a set of its own (clip_benchmark's fallback) or for None."""
+    return list(ZERO_SHOT_SETS[template_set_for(dataset_name) or DEFAULT_TEMPLATE_SET])
+
+
+def template_source(key: str) -> str:
+    """Who published template set `key`: "openai" or "flyp"."""
+    return "flyp" if key in FLYP_TEMPLATES else "openai"
 
 
 def clean_class_name(folder_name: str) -> str:
@@ -528,11 +558,15 @@ def imagenet_class_names(member: str | None = None) -> list[str]:
 
 
 def openai_class_names(dataset_name: str | None, names: list[str] | None) -> list[str] | None:
-    """OpenAI's curated ImageNet class names for a dataset's labels `names`, or None to keep `names`.
+    """The names prompts use for a dataset's labels `names` (OpenAI's curated ImageNet names, or those a
+    benchmark of `hf_vrl.data.benchmarks` prompts with), or None to keep `names`.
 
     The default of every ImageNet-family set (`imagenet_family`) and of any set whose classes are ImageNet
     WordNet ids (image folders of ImageNet, -Sketch, -R, -A): wnids map to their names; 1000 labels (or 200
-    for ImageNet-R / -A) in the standard order, or ImageNet-V2's folders "0".."999", map by position."""
+    for ImageNet-R / -A) in the standard order, or ImageNet-V2's folders "0".."999", map by position. A
+    benchmark whose labels are named otherwise than it is prompted (iWildCam: scientific names, prompted with
+    FLYP's English ones) maps to its prompt names."""
+    from hf_vrl.data.benchmarks import benchmark_of
     from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
 
     if not names:
@@ -540,6 +574,9 @@ def openai_class_names(dataset_name: str | None, names: list[str] | None) -> lis
     index = {wnid: i for i, wnid in enumerate(IMAGENET_WNIDS)}
     if all(name in index for name in names):
         return [IMAGENET_CLASSNAMES[index[name]] for name in names]
+    benchmark = benchmark_of(dataset_name)
+    if benchmark is not None and benchmark.prompt_names and list(names) == list(benchmark.class_names or ()):
+        return list(benchmark.prompt_names)
     member = imagenet_family(dataset_name)
     if member is None or member == "objectnet":  # ObjectNet's 113 classes come with their own mapping
         return None

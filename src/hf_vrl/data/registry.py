@@ -1,7 +1,12 @@
 """One entry point for the CLI and the evaluation code: `load_dataset_by_name(name, split, ...)`.
 
 Names: "shapes", "fashion_mnist", "animal_mnist", "digits" (offline), "cub:<root>", "aircraft:<root>",
-"cars:<root>" (label hierarchies: `fine_grained.py`), "webdataset:<glob>"
+"cars:<root>" (label hierarchies, `fine_grained.py`: `label` the coarse level, `fine_label` the fine one, as
+CLUE's granularity reads them; "fgvc_aircraft:<root>" / "stanford_cars:<root>" label the 100 variants / 196
+models instead, as zero-shot tables and probes score them), "<benchmark>:<root>" for every other benchmark of
+`hf_vrl.data.benchmarks` ("imagenet:/data/ILSVRC2012", "imagenet-r:/data/imagenet-r", "objectnet:...",
+"fmow:/data/fmow_v1.1", "iwildcam:...", "flickr30k:...", "cifar10:hf:uoft-cs/cifar10", ...: read from its
+published layout, `layouts.py`; "cc3m:<img2dataset folder>" streams its shards), "webdataset:<glob>"
 (also "parquet:<glob>", "csv:<glob>": image-path tables; these always stream and ignore `split`: point
 the glob at the split's files), "imagefolder:<dir>",
 "hf:<name or path>". A bare path is recognised: a CUB folder, a .tar/.parquet/.csv/.tsv file or glob, a
@@ -19,10 +24,15 @@ from typing import Any
 from datasets import Dataset, IterableDataset
 
 from . import cub, fine_grained, generic, offline, toy, webdataset
+from .benchmarks import BENCHMARKS
 from .images import SampleFilter
 
 SHAPES_SPLIT_SIZES = {"train": 2000, "test": 500}
-PREFIXES = ("cub", "aircraft", "cars", "webdataset", "parquet", "csv", "imagefolder", "hf")
+HIERARCHIES = ("cub", "aircraft", "cars")  # their own loaders: label = the coarse level (CLUE's reading)
+LEVEL_PREFIXES = {"fgvc_aircraft": ("aircraft", "variant"), "stanford_cars": ("cars", "model")}  # fine level
+BENCHMARK_PREFIXES = tuple(k for k in BENCHMARKS if k not in (*HIERARCHIES, "mmvp_vlm", "cc3m"))
+PREFIXES = (*HIERARCHIES, *LEVEL_PREFIXES, *BENCHMARK_PREFIXES, "cc3m", "webdataset", "parquet", "csv")
+PREFIXES += ("imagefolder", "hf")
 
 
 def _shapes(split: str, *, limit: int | None = None, seed: int = 0, image_size: int | None = None, **kwargs):
@@ -109,6 +119,19 @@ def load_dataset_by_name(
     if prefix in ("aircraft", "cars"):
         load = fine_grained.load_fgvc_aircraft if prefix == "aircraft" else fine_grained.load_stanford_cars
         return load(target, split, limit=limit, seed=seed, **kwargs)
+    if prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES):
+        from .layouts import load_benchmark, subset
+
+        if streaming:
+            raise ValueError(f"{prefix} loads map-style (its images are read lazily); drop streaming=True")
+        key, level = LEVEL_PREFIXES.get(prefix, (prefix, None))
+        return subset(load_benchmark(key, target, split, level=level, **kwargs)[0], limit, seed)
+    if prefix == "cc3m":
+        from .layouts import all_layouts
+
+        if all_layouts()["img2dataset"].find(Path(target)) is None:
+            raise FileNotFoundError(f"cc3m:{target}: not a folder of img2dataset .tar shards")
+        return _stream(target, **common, **(stream_options or {}), **kwargs)
     if prefix in ("webdataset", "parquet", "csv"):
         return _stream(target, **common, **(stream_options or {}), **kwargs)
     if prefix == "imagefolder":
@@ -129,9 +152,14 @@ def check_dataset_name(name: str, what: str = "--dataset") -> None:
         prefix = prefix or _detect(target)
         if prefix in ("webdataset", "parquet", "csv"):
             webdataset.resolve_files(target)
-        elif prefix in ("cub", "aircraft", "cars", "imagefolder") and not Path(target).is_dir():
+        elif prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES):
+            from .layouts import resolve
+
+            key = LEVEL_PREFIXES.get(prefix, (prefix,))[0]
+            resolve(BENCHMARKS[key], target)  # the layout is there (a UserError names the expected one)
+        elif prefix in (*HIERARCHIES, "cc3m", "imagefolder") and not Path(target).is_dir():
             raise FileNotFoundError("no such folder")
         elif prefix == "hf" and target.startswith(("/", ".", "~")) and not Path(target).exists():
             raise FileNotFoundError("no such folder")
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, UserError) as error:
         raise UserError(f"{what} {name}: {error}") from None

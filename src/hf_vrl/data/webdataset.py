@@ -77,18 +77,24 @@ def expand_braces(pattern: str) -> list[str]:
         return [pattern]
 
 
+def _folder_files(folder: Path) -> list[str]:
+    """A folder's data files: its .tar shards where it has any (img2dataset writes a .parquet and a
+    _stats.json of metadata beside each shard: not data), else its .parquet/.csv/.tsv tables."""
+    files = sorted(str(p) for p in folder.iterdir() if p.suffix in TAR_EXTENSIONS + TABLE_EXTENSIONS)
+    shards = [f for f in files if f.endswith(TAR_EXTENSIONS)]
+    return shards or files
+
+
 def resolve_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
-    """Sorted files from a glob, a brace pattern (``{00000..00331}.tar``), a file, a folder (its
-    .tar/.parquet/.csv/.tsv files) or a list of those."""
+    """Sorted files from a glob, a brace pattern (``{00000..00331}.tar``), a file, a folder (its .tar shards,
+    else its .parquet/.csv/.tsv tables) or a list of those."""
     if isinstance(source, (str, os.PathLike)):
         source = [source]
     source = [expanded for item in source for expanded in expand_braces(os.fspath(item))]
     files: list[str] = []
     for item in source:
         if os.path.isdir(item):
-            found = sorted(
-                str(p) for p in Path(item).iterdir() if p.suffix in TAR_EXTENSIONS + TABLE_EXTENSIONS
-            )
+            found = _folder_files(Path(item))
         else:
             found = (
                 sorted(glob.glob(item)) if glob.has_magic(item) else ([item] if os.path.isfile(item) else [])

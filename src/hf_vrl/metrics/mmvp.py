@@ -1,68 +1,37 @@
-"""MMVP-VLM (Tong et al. 2024, "Eyes Wide Shut?"): 150 pairs of CLIP-blind images, one statement per image.
+"""MMVP-VLM (Tong et al. 2024, "Eyes Wide Shut?"): 135 pairs of CLIP-blind images, one statement per image,
+15 pairs in each of nine visual patterns.
 
 Protocol of the official `scripts/evaluate_vlm.py` (also used by DIVA and DCR): the text is
 "a photo of " + statement, each statement takes a softmax over the pair's two images and picks the first
-image when its probability exceeds 0.5, and a pair counts only if both statements pick their own image.
-Categories come from the `Type` column (the official script counts 15 pairs per category by row position,
-which groups the official file identically). Scoring (`mmvp_score`) is separate from reading the official
-folder (`load_mmvp_vlm`); the toy MMVP-style pairs use the same scorer.
+image when its probability exceeds 0.5, and a pair counts only if both statements pick their own image. A
+pair's category is its position, as the official script assigns it (`categories[num_pairs // 15]` over the
+official category list): here the pair of question ids (2p + 1, 2p + 2) is in pattern p // 15, which is the
+script's position in the official file and stays right for a partial copy. The file's own `Type` spellings
+only name the image folders; a file whose Type does not stay the same within a pattern (or repeats across
+patterns), or whose pairs are not the official 135, is refused (`allow_partial` reads a partial copy).
+Scoring (`mmvp_score`, one copy shared with the `evaluate` module) is separate from reading the folder.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-PROMPT_PREFIX = "a photo of "
-IMAGE_DIRS = ("MLLM_VLM Images", "MLLM_VLM_Images")  # official name; DIVA's scripts use the underscore
-CSV_COLUMNS = ("Question ID", "Type", "Statement")
-MMVP_CATEGORIES = (
-    "Orientation and Direction",
-    "Presence of Specific Features",
-    "State and Condition",
-    "Quantity and Count",
-    "Positional and Relational Context",
-    "Color and Appearance",
-    "Structural Characteristics",
-    "Texts",
-    "Viewpoint and Perspective",
+from hf_vrl.errors import UserError
+from hf_vrl.metrics.evaluate_modules.mmvp.mmvp_scoring import (
+    MMVP_CATEGORIES,
+    PAIRS_PER_CATEGORY,
+    category_of_pair,
+    mmvp_score,
 )
 
+__all__ = ["MMVP_CATEGORIES", "MMVP_PAIRS", "PROMPT_PREFIX", "load_mmvp_vlm", "mmvp_score"]
 
-def mmvp_score(logits: Any, categories: Sequence[str] | None = None) -> dict[str, Any]:
-    """Score MMVP pairs from `logits[p, s, i]`: similarity of statement s of pair p with image i, where
-    statement 0 describes image 0 and statement 1 describes image 1.
-
-    Per statement a softmax over the two images; the prediction is image 0 iff its probability > 0.5
-    (a tie goes to image 1, as in the official script). Returns {"accuracy" (pairs with both statements
-    right), "mean_category_accuracy", "per_category", "statement_accuracy", "n_pairs"}.
-    """
-    if hasattr(logits, "detach"):
-        logits = logits.detach().float().cpu().numpy()
-    z = np.asarray(logits, dtype=np.float64)
-    if z.ndim != 3 or z.shape[1:] != (2, 2) or z.shape[0] == 0:
-        raise ValueError(f"logits must have shape [n_pairs, 2 statements, 2 images], got {z.shape}")
-    cats = ["all"] * z.shape[0] if categories is None else [str(c) for c in categories]
-    if len(cats) != z.shape[0]:
-        raise ValueError(f"{len(cats)} categories for {z.shape[0]} pairs")
-    z = z - z.max(axis=2, keepdims=True)
-    probs = np.exp(z) / np.exp(z).sum(axis=2, keepdims=True)
-    picks_first = probs[:, :, 0] > 0.5
-    statement_ok = picks_first == np.array([True, False])
-    pair_ok = statement_ok.all(axis=1)
-    cat_arr = np.asarray(cats)
-    per_category = {c: float(pair_ok[cat_arr == c].mean()) for c in dict.fromkeys(cats)}
-    return {
-        "accuracy": float(pair_ok.mean()),
-        "mean_category_accuracy": float(np.mean(list(per_category.values()))),
-        "per_category": per_category,
-        "statement_accuracy": float(statement_ok.mean()),
-        "n_pairs": int(z.shape[0]),
-    }
+PROMPT_PREFIX = "a photo of "
+# the official script's folder name; the README's tree and DIVA's scripts write it with underscores
+IMAGE_DIRS = ("MLLM_VLM Images", "MLLM_VLM_Images", "MMVP_VLM_Images", "MMVP_VLM Images")
+CSV_COLUMNS = ("Question ID", "Type", "Statement")
+MMVP_PAIRS = len(MMVP_CATEGORIES) * PAIRS_PER_CATEGORY  # 135
 
 
 def _image_root(directory: Path) -> Path:
@@ -80,43 +49,83 @@ def _read_questions(csv_path: Path) -> list[dict[str, str]]:
         header = [h.strip() for h in reader.fieldnames or []]
         missing = [c for c in CSV_COLUMNS if c not in header]
         if missing:
-            raise ValueError(
+            raise UserError(
                 f"{csv_path} lacks columns {missing}; found {header}, expected {list(CSV_COLUMNS)}"
             )
         return [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
 
 
-def load_mmvp_vlm(directory: str | Path):
-    """Read the official MMVP-VLM layout (`Questions.csv` + `MLLM_VLM Images/<Type>/<qid>.jpg`) into a
-    `datasets.Dataset` of pairs: qid_a, qid_b, category, statement_a, statement_b, image_a, image_b.
-
-    Consecutive rows form a pair (odd qid first): statement_a is true of image_a, statement_b of image_b.
-    """
-    import datasets
-
-    directory = Path(directory)
-    rows = _read_questions(directory / "Questions.csv")
-    image_root = _image_root(directory)
+def _pairs(rows: list[dict[str, str]]) -> list[tuple[int, dict[str, str], dict[str, str]]]:
+    """(pair position in the official file, row a, row b) per pair; consecutive rows with question ids
+    (2p + 1, 2p + 2), in increasing order."""
     if len(rows) % 2:
-        raise ValueError(f"Questions.csv has {len(rows)} rows; MMVP-VLM rows come in pairs")
-    cols: dict[str, list] = {k: [] for k in ("qid_a", "qid_b", "category", "statement_a", "statement_b")}
-    cols.update(image_a=[], image_b=[])
+        raise UserError(f"Questions.csv has {len(rows)} rows; MMVP-VLM rows come in pairs")
+    pairs, last = [], -1
     for a, b in zip(rows[::2], rows[1::2]):
         qa, qb = int(a["Question ID"]), int(b["Question ID"])
         if qa % 2 != 1 or qb != qa + 1:
-            raise ValueError(
+            raise UserError(
                 f"rows with qids {qa}, {qb} are not a pair (expected an odd qid followed by qid+1)"
             )
+        position = (qa - 1) // 2
+        if position <= last or position >= MMVP_PAIRS:
+            raise UserError(
+                f"pair {qa}/{qb}: question ids must increase and stay within the official {2 * MMVP_PAIRS}"
+            )
         if a["Type"] != b["Type"]:
-            raise ValueError(f"pair {qa}/{qb} mixes categories {a['Type']!r} and {b['Type']!r}")
-        for key, qid in (("image_a", qa), ("image_b", qb)):
-            path = image_root / a["Type"] / f"{qid}.jpg"
+            raise UserError(f"pair {qa}/{qb} mixes categories {a['Type']!r} and {b['Type']!r}")
+        pairs.append((position, a, b))
+        last = position
+    return pairs
+
+
+def _check_categories(pairs: list[tuple[int, dict[str, str], dict[str, str]]]) -> None:
+    """Each official pattern keeps one Type spelling, and no spelling spans two patterns (a UserError
+    otherwise, as for every malformed file)."""
+    spelling: dict[str, str] = {}
+    for position, a, _ in pairs:
+        category = category_of_pair(position)
+        known = spelling.setdefault(category, a["Type"])
+        if known != a["Type"]:
+            raise UserError(
+                f"question {a['Question ID']}: Type {a['Type']!r} where the pairs of '{category}' (pairs "
+                f"{PAIRS_PER_CATEGORY} a pattern, as the official file orders them) say {known!r}"
+            )
+    repeated = [t for t in set(spelling.values()) if list(spelling.values()).count(t) > 1]
+    if repeated:
+        raise UserError(f"Type {repeated[0]!r} spans several of the official patterns: not MMVP-VLM's file")
+
+
+def load_mmvp_vlm(directory: str | Path, *, allow_partial: bool = False):
+    """Read the official MMVP-VLM layout (`Questions.csv` + `MLLM_VLM Images/<Type>/<qid>.jpg`) into a
+    `datasets.Dataset` of pairs: qid_a, qid_b, category (the official pattern, module docstring),
+    statement_a, statement_b, image_a, image_b. Consecutive rows form a pair (odd qid first): statement_a is
+    true of image_a, statement_b of image_b. A file of other than the 135 pairs is refused in one line unless
+    `allow_partial`."""
+    import datasets
+
+    directory = Path(directory)
+    pairs = _pairs(_read_questions(directory / "Questions.csv"))
+    _check_categories(pairs)
+    categories = {category_of_pair(position) for position, _, _ in pairs}
+    if len(pairs) != MMVP_PAIRS and not allow_partial:
+        raise UserError(
+            f"MMVP-VLM at {directory}: {len(pairs)} of {MMVP_PAIRS} pairs, {len(categories)} of "
+            f"{len(MMVP_CATEGORIES)} categories; give the official Questions.csv, or pass --allow-partial to "
+            "score it marked as partial"
+        )
+    image_root = _image_root(directory)
+    cols: dict[str, list] = {k: [] for k in ("qid_a", "qid_b", "category", "statement_a", "statement_b")}
+    cols.update(image_a=[], image_b=[])
+    for position, a, b in pairs:
+        for key, row in (("image_a", a), ("image_b", b)):
+            path = image_root / a["Type"] / f"{row['Question ID']}.jpg"
             if not path.is_file():
                 raise FileNotFoundError(f"MMVP-VLM image missing: {path}")
             cols[key].append(str(path))
-        cols["qid_a"].append(qa)
-        cols["qid_b"].append(qb)
-        cols["category"].append(a["Type"])
+        cols["qid_a"].append(int(a["Question ID"]))
+        cols["qid_b"].append(int(b["Question ID"]))
+        cols["category"].append(category_of_pair(position))
         cols["statement_a"].append(a["Statement"])
         cols["statement_b"].append(b["Statement"])
     ds = datasets.Dataset.from_dict(cols)

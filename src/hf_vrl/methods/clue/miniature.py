@@ -194,8 +194,10 @@ def run_ladder(
 
 
 def _value(report: dict[str, Any], path: tuple[str, str]) -> float:
-    """A metric of a report; NaN where the evaluation skipped it (granularity without coarse labels)."""
-    return float(report.get(path[0], {}).get(path[1], float("nan")))
+    """A metric of a report; NaN where the evaluation skipped it (granularity without coarse labels) or
+    left it undefined (CDNV_A is None when every coarse class holds a single fine class)."""
+    value = report.get(path[0], {}).get(path[1])
+    return float("nan") if value is None else float(value)
 
 
 def _summary(reports: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -128,14 +128,22 @@ def _mean_std(value: float | Sequence[float] | None) -> float | tuple[float, flo
     return statistics.mean(value) if len(value) == 1 else (statistics.mean(value), statistics.stdev(value))
 
 
-def comparison_table(table: PaperTable, measured: Mapping[str, Mapping[str, Any]]) -> str:
+def comparison_table(
+    table: PaperTable,
+    measured: Mapping[str, Mapping[str, Any]],
+    *,
+    marked: Sequence[str] = (),
+    paper: bool = True,
+) -> str:
     """The paper's numbers beside the measured ones (`hf_vrl.paper_eval.paper_comparison`): one line per
     paper row, "paper / measured" per column ("-" where nothing was measured). `measured` is {row: {column:
-    percent, or a list of percents, one per seed (shown as mean ± sample std)}}."""
+    percent, or a list of percents, one per seed (shown as mean ± sample std)}}; `marked` columns were
+    measured on partial sets; `paper=False` leaves the paper's numbers out (another protocol: toy data)."""
     from hf_vrl.paper_eval import paper_comparison
 
     cells = {row: {c: _mean_std(v) for c, v in columns.items()} for row, columns in measured.items()}
-    return paper_comparison(table.columns, table.rows, cells)
+    rows = table.rows if paper else {}
+    return paper_comparison(table.columns, rows, {r: c for r, c in cells.items() if c}, marked=marked)
 
 
 def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:

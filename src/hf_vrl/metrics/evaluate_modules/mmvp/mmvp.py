@@ -2,12 +2,14 @@
 
 A stand-alone `evaluate` metric module (it needs `evaluate`, `datasets` and `numpy`, not hf_vrl):
 `evaluate.load("path/to/mmvp")`, or `hf_vrl.metrics.evaluate_module("mmvp")` for the copy shipped in hf_vrl.
-It scores as the official `scripts/evaluate_vlm.py` does; its numbers equal `hf_vrl.metrics.mmvp_score`.
+It scores as the official `scripts/evaluate_vlm.py` does, with `mmvp_scoring.py` beside it (which `evaluate`
+copies along), the very function `hf_vrl.metrics.mmvp_score` is.
 """
 
 import datasets
 import evaluate
-import numpy as np
+
+from .mmvp_scoring import mmvp_score
 
 _DESCRIPTION = """
 Each MMVP pair holds two images that CLIP-like models confuse and one statement true of each. For every
@@ -19,8 +21,8 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of 2x2 `float` matrices): per pair, `logits[s][i]` is the similarity of statement `s`
         with image `i`, where statement 0 describes image 0 and statement 1 image 1 (`[n_pairs, 2, 2]`).
-    categories (`list` of `str`, optional): the category of each pair (MMVP's nine "Type" values) for the
-        per-category breakdown.
+    categories (`list` of `str`, optional): the category of each pair for the per-category breakdown (the
+        official script's nine patterns by position: pair p of the 135 is in pattern p // 15).
 Returns:
     accuracy (`float`): pairs with both statements right.
     mean_category_accuracy (`float`): the mean of the per-category accuracies.
@@ -54,23 +56,4 @@ class MMVP(evaluate.Metric):
         )
 
     def _compute(self, predictions, categories=None):
-        z = np.asarray(predictions, dtype=np.float64)
-        if z.ndim != 3 or z.shape[1:] != (2, 2) or z.shape[0] == 0:
-            raise ValueError(f"predictions must have shape [n_pairs, 2 statements, 2 images], got {z.shape}")
-        cats = ["all"] * z.shape[0] if categories is None else [str(c) for c in categories]
-        if len(cats) != z.shape[0]:
-            raise ValueError(f"{len(cats)} categories for {z.shape[0]} pairs")
-        z = z - z.max(axis=2, keepdims=True)  # softmax over the pair's two images, per statement
-        probs = np.exp(z) / np.exp(z).sum(axis=2, keepdims=True)
-        picks_first = probs[:, :, 0] > 0.5  # a tie goes to image 1, as in the official script
-        statement_ok = picks_first == np.array([True, False])
-        pair_ok = statement_ok.all(axis=1)
-        cat_arr = np.asarray(cats)
-        per_category = {c: float(pair_ok[cat_arr == c].mean()) for c in dict.fromkeys(cats)}
-        return {
-            "accuracy": float(pair_ok.mean()),
-            "mean_category_accuracy": float(np.mean(list(per_category.values()))),
-            "per_category": per_category,
-            "statement_accuracy": float(statement_ok.mean()),
-            "n_pairs": int(z.shape[0]),
-        }
+        return mmvp_score(predictions, categories)

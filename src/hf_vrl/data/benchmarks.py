@@ -1,0 +1,536 @@
+"""The benchmarks the papers' tables use, as data: one registry read by every reproduce script, `hf-vrl eval`
+and the presets (through the registry names `<key>:<path>`, `hf_vrl.data.registry`).
+
+Each `Benchmark` says which layouts it loads as published (`hf_vrl.data.layouts`), its splits with the
+official image / class / caption counts (checked before anything is scored: `check_counts`), the class names
+and prompt templates its zero-shot rows use and where they come from, and the label level each paper table
+scores. Counts are the publishers' numbers (`counts_source`); a set whose publisher defines no split
+(Caltech-101, SUN397, EuroSAT, UCF-101: every paper draws its own) has its class count checked and its image
+count left to the user (`images=None`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hf_vrl.errors import UserError
+
+from .prompts import _named_in, _normalise, imagenet_class_names, imagenet_class_wnids
+from .transfer_classes import FMOW_CATEGORIES, IWILDCAM_CLASSNAMES, IWILDCAM_LABELS, OPENAI_CLASSNAMES
+
+__all__ = [
+    "BENCHMARKS",
+    "Benchmark",
+    "Counts",
+    "Split",
+    "benchmark_of",
+    "check_counts",
+    "layouts_help",
+]
+
+
+@dataclass(frozen=True)
+class Split:
+    """A split's official size: images (MMVP: pairs), classes present, captions (retrieval); None where the
+    publisher gives no number."""
+
+    images: int | None
+    classes: int | None = None
+    texts: int | None = None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: the layouts it loads (first: the publisher's), its splits and their official counts,
+    the classes in label order with their source, the zero-shot templates and the label level per table."""
+
+    key: str
+    title: str
+    task: str  # "classification", "retrieval", "pairs" (MMVP) or "image-text" (a training corpus)
+    layouts: tuple[str, ...]
+    splits: Mapping[str, Split]
+    counts_source: str
+    aliases: Mapping[str, str] = field(default_factory=dict)  # other names of the splits
+    class_names: tuple[str, ...] | None = None  # the labels' names (the ImageNet family: WordNet ids)
+    class_names_source: str = ""
+    prompt_names: tuple[str, ...] | None = (
+        None  # the names prompts use, where the labels' differ (may repeat)
+    )
+    templates: str | None = None  # a key of hf_vrl.data.prompts.OPENAI_TEMPLATES / FLYP_TEMPLATES
+    templates_source: str = ""
+    levels: Mapping[str, str] = field(default_factory=dict)  # paper table -> label level it scores
+
+    def split(self, name: str) -> str:
+        """The official name of split `name` (an alias such as "val" or "test" maps to it)."""
+        official = self.aliases.get(name, name)
+        if official not in self.splits:
+            names = sorted({*self.splits, *self.aliases})
+            raise UserError(f"{self.title} has no split {name!r}; its splits: {', '.join(names)}")
+        return official
+
+
+def _imagenet_wnids(member: str | None = None) -> tuple[str, ...]:
+    """The WordNet ids of an ImageNet-family set in label order (its labels: OpenAI's names repeat two)."""
+    return tuple(imagenet_class_wnids(member))
+
+
+OPENAI_NAMES = "OpenAI's (openai/CLIP data/prompts.md, as LAION-AI/CLIP_benchmark ships them)"
+OPENAI_IMAGENET = (
+    "labels by WordNet id; prompts with OpenAI's curated ImageNet names (openai/CLIP notebooks/"
+    "Prompt_Engineering_for_ImageNet.ipynb; CLIP_benchmark en_classnames.json 'imagenet1k')"
+)
+OPENAI_TEMPLATES_SOURCE = "OpenAI's (openai/CLIP data/prompts.md)"
+IMAGENET_TEMPLATES_SOURCE = "OpenAI's 80 (Prompt_Engineering_for_ImageNet.ipynb)"
+GENERIC = ("split-folders", "hf")
+
+
+def _classification(
+    key: str,
+    title: str,
+    splits: Mapping[str, Split],
+    source: str,
+    *,
+    layouts: tuple[str, ...] = GENERIC,
+    templates: str | None = None,
+    **kwargs: Any,
+) -> Benchmark:
+    """A classification set of the CLIP paper's transfer suite: OpenAI's names and templates under `key`."""
+    templates = templates or key
+    return Benchmark(
+        key,
+        title,
+        "classification",
+        layouts,
+        splits,
+        source,
+        class_names=OPENAI_CLASSNAMES[templates],
+        class_names_source=OPENAI_NAMES,
+        templates=templates,
+        templates_source=OPENAI_TEMPLATES_SOURCE,
+        **kwargs,
+    )
+
+
+def _imagenet_member(
+    key: str, title: str, layouts: tuple[str, ...], test: Split, source: str, **kw
+) -> Benchmark:
+    member = "imagenet-r" if key == "imagenet-r" else "imagenet-a" if key == "imagenet-a" else None
+    return Benchmark(
+        key,
+        title,
+        "classification",
+        layouts,
+        {"test": test},
+        source,
+        aliases={"train": "test", "validation": "test", "val": "test"},  # one split, however it is called
+        class_names=_imagenet_wnids(member),
+        class_names_source=OPENAI_IMAGENET,
+        prompt_names=tuple(imagenet_class_names(member)),
+        templates="imagenet",
+        templates_source=IMAGENET_TEMPLATES_SOURCE,
+        **kw,
+    )
+
+
+def _retrieval(key: str, title: str, test: Split, source: str) -> Benchmark:
+    return Benchmark(key, title, "retrieval", ("karpathy", "hf-captions"), {"test": test}, source)
+
+
+_TABLES = {
+    "dcr2": "DCR Table 2 (zero-shot clustering)",
+    "dcr6": "DCR Table 6 (zero-shot classification)",
+    "diffclip1": "DiffCLIP Table 1 (linear probe, few-shot)",
+    "diffclip2": "DiffCLIP Table 2 / Fig. 3 (zero-shot)",
+    "dive3": "DiVE Table 3 (zero-shot transfer)",
+    "dive2": "DiVE Tables 2, 8 (ID / OOD)",
+    "clue": "CLUE Tables 2, 3 (probe, retrieval; granularity)",
+}
+
+
+def _levels(*tables: str, level: str = "class") -> dict[str, str]:
+    return {_TABLES[t]: level for t in tables}
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.key: b
+    for b in (
+        Benchmark(
+            "imagenet",
+            "ImageNet-1k (ILSVRC-2012)",
+            "classification",
+            ("ilsvrc", "split-folders", "hf"),
+            {"train": Split(1_281_167, 1000), "validation": Split(50_000, 1000)},
+            "Russakovsky et al. 2015 (ILSVRC-2012 devkit): 1,281,167 train, 50,000 validation images, 1,000 "
+            "classes",
+            aliases={
+                "test": "validation",
+                "val": "validation",
+            },  # the papers' ImageNet test is its validation set
+            class_names=_imagenet_wnids(),
+            class_names_source=OPENAI_IMAGENET,
+            prompt_names=tuple(imagenet_class_names()),
+            templates="imagenet",
+            templates_source=IMAGENET_TEMPLATES_SOURCE,
+            levels=_levels("dcr2", "dcr6", "diffclip2", "dive2"),
+        ),
+        _imagenet_member(
+            "imagenet-v2",
+            "ImageNet-V2 (matched frequency)",
+            ("imagenetv2", "split-folders", "hf"),
+            Split(10_000, 1000),
+            "Recht et al. 2019: 10,000 images, 10 per class",
+            levels=_levels("diffclip2", "dive2"),
+        ),
+        _imagenet_member(
+            "imagenet-r",
+            "ImageNet-R",
+            ("wnid-folders", "split-folders", "hf"),
+            Split(30_000, 200),
+            "Hendrycks et al. 2021a: 30,000 renditions of 200 ImageNet classes",
+            levels=_levels("diffclip2", "dive2", level="class (the 200 of ImageNet-R)"),
+        ),
+        _imagenet_member(
+            "imagenet-a",
+            "ImageNet-A",
+            ("wnid-folders", "split-folders", "hf"),
+            Split(7_500, 200),
+            "Hendrycks et al. 2021b: 7,500 natural adversarial examples of 200 ImageNet classes",
+            levels=_levels("diffclip2", "dive2", level="class (the 200 of ImageNet-A)"),
+        ),
+        _imagenet_member(
+            "imagenet-sketch",
+            "ImageNet-Sketch",
+            ("wnid-folders", "split-folders", "hf"),
+            Split(50_889, 1000),
+            "Wang et al. 2019: 50,889 sketches, 1,000 classes",
+            levels=_levels("diffclip2", "dive2"),
+        ),
+        Benchmark(
+            "objectnet",
+            "ObjectNet (the 113 classes mapped to ImageNet)",
+            "classification",
+            ("objectnet",),
+            {"test": Split(18_574, 113)},
+            "Barbu et al. 2019 (50,000 images, 313 classes); the 113 classes FLYP / WiSE-FT map to ImageNet "
+            "hold 18,574 of them",
+            aliases={"train": "test", "validation": "test", "val": "test"},
+            class_names_source="its folder names, scored through FLYP's folder -> ImageNet mapping with "
+            "OpenAI's ImageNet names (maximum over each folder's ImageNet classes)",
+            templates="imagenet",
+            templates_source=IMAGENET_TEMPLATES_SOURCE,
+            levels=_levels("dive2", level="class (113 folders, each the max over its ImageNet classes)"),
+        ),
+        Benchmark(
+            "cub",
+            "CUB-200-2011",
+            "classification",
+            ("cub",),
+            {"train": Split(5_994, 200), "test": Split(5_794, 200)},
+            "Wah et al. 2011: 5,994 train, 5,794 test images, 200 species",
+            class_names_source="the publisher's classes.txt, cleaned ('001.Black_footed_Albatross' -> "
+            "'black footed albatross')",
+            templates="birdsnap",
+            templates_source="OpenAI's Birdsnap template (hf_vrl's choice: OpenAI has no CUB set)",
+            levels=_levels("clue", level="species (200)"),
+        ),
+        _classification(
+            "aircraft",
+            "FGVC-Aircraft",
+            {
+                "train": Split(6_667, 100),
+                "test": Split(3_333, 100),
+                "train_only": Split(3_334, 100),
+                "validation": Split(3_333, 100),
+            },
+            "Maji et al. 2013: train 3,334 + val 3,333 = trainval 6,667, test 3,333 images; 100 variants, 70 "
+            "families, 30 manufacturers",
+            layouts=("fgvc-aircraft", *GENERIC),
+            templates="fgvc_aircraft",
+            aliases={"trainval": "train", "val": "validation"},
+            levels={
+                **_levels("diffclip1", "dive3", level="variant (100)"),
+                **_levels("clue", level="variant (100); family (70) as the coarse level of granularity"),
+            },
+        ),
+        _classification(
+            "cars",
+            "Stanford Cars",
+            {"train": Split(8_144, 196), "test": Split(8_041, 196)},
+            "Krause et al. 2013: 8,144 train, 8,041 test images, 196 classes",
+            layouts=("cars-devkit", "cars-folders", "hf"),
+            templates="stanford_cars",
+            levels={
+                **_levels("dive3", level="model (196)"),
+                **_levels("clue", level="model (196); make (49) as the coarse level of granularity"),
+            },
+        ),
+        _classification(
+            "cifar10",
+            "CIFAR-10",
+            {"train": Split(50_000, 10), "test": Split(10_000, 10)},
+            "Krizhevsky 2009: 50,000 train, 10,000 test images",
+            levels=_levels("dcr2", "dcr6", "diffclip1"),
+        ),
+        _classification(
+            "cifar100",
+            "CIFAR-100",
+            {"train": Split(50_000, 100), "test": Split(10_000, 100)},
+            "Krizhevsky 2009: 50,000 train, 10,000 test images, 100 fine classes",
+            levels=_levels("diffclip1", level="fine class (100)"),
+        ),
+        _classification(
+            "mnist",
+            "MNIST",
+            {"train": Split(60_000, 10), "test": Split(10_000, 10)},
+            "LeCun et al. 1998: 60,000 train, 10,000 test images",
+            levels=_levels("dcr2", "dcr6"),
+        ),
+        _classification(
+            "food101",
+            "Food-101",
+            {"train": Split(75_750, 101), "test": Split(25_250, 101)},
+            "Bossard et al. 2014: 750 train and 250 test images per class",
+            levels=_levels("diffclip1", "dive3"),
+        ),
+        _classification(
+            "dtd",
+            "Describable Textures (DTD, split 1)",
+            {"train": Split(1_880, 47), "validation": Split(1_880, 47), "test": Split(1_880, 47)},
+            "Cimpoi et al. 2014: 40 images per class in each of train / val / test (labels/*1.txt)",
+            aliases={"val": "validation"},
+            levels=_levels("dcr2", "dcr6", "diffclip1", "dive3"),
+        ),
+        _classification(
+            "pets",
+            "Oxford-IIIT Pets",
+            {"train": Split(3_680, 37), "test": Split(3_669, 37)},
+            "Parkhi et al. 2012: trainval 3,680, test 3,669 images, 37 breeds",
+            templates="oxford_pets",
+            aliases={"trainval": "train"},
+            levels=_levels("diffclip1", "dive3"),
+        ),
+        _classification(
+            "flowers",
+            "Oxford Flowers-102",
+            {"train": Split(1_020, 102), "validation": Split(1_020, 102), "test": Split(6_149, 102)},
+            "Nilsback & Zisserman 2008: 10 train and 10 val images per class, 6,149 test",
+            templates="flowers102",
+            aliases={"val": "validation"},
+            levels=_levels("diffclip1", "dive3"),
+        ),
+        _classification(
+            "caltech101",
+            "Caltech-101",
+            {"train": Split(None, 102), "test": Split(None, 102)},
+            "Fei-Fei et al. 2004: 9,146 images in 101 classes + background; no official split",
+            levels=_levels("dcr2", "dcr6", "diffclip1", "dive3"),
+        ),
+        _classification(
+            "sun397",
+            "SUN397",
+            {"train": Split(None, 397), "test": Split(None, 397)},
+            "Xiao et al. 2010: 397 classes; ten published partitions, none official",
+            levels=_levels("diffclip1", "dive3"),
+        ),
+        _classification(
+            "eurosat",
+            "EuroSAT (RGB)",
+            {"train": Split(None, 10), "test": Split(None, 10)},
+            "Helber et al. 2019: 27,000 images, 10 classes; no official split",
+            levels=_levels("dcr2", "dcr6", "dive3"),
+        ),
+        _classification(
+            "ucf101",
+            "UCF-101 (middle frames)",
+            {"train": Split(None, 101), "test": Split(None, 101)},
+            "Soomro et al. 2012: 101 action classes (videos; a frame per clip, the split the user's)",
+            levels=_levels("dive3"),
+        ),
+        _retrieval(
+            "flickr30k",
+            "Flickr30k (Karpathy test)",
+            Split(1_000, None, 5_000),
+            "Karpathy & Fei-Fei 2015 split",
+        ),
+        _retrieval(
+            "flickr8k", "Flickr8k (Karpathy test)", Split(1_000, None, 5_000), "Karpathy & Fei-Fei 2015 split"
+        ),
+        _retrieval(
+            "mscoco",
+            "MSCOCO (Karpathy 5k test)",
+            Split(5_000, None, 25_010),
+            "Karpathy & Fei-Fei 2015 split: 5,000 val2014 images, 25,010 captions",
+        ),
+        Benchmark(
+            "mmvp_vlm",
+            "MMVP-VLM",
+            "pairs",
+            ("mmvp",),
+            {"test": Split(135, 9)},
+            "Tong et al. 2024 (tsb0601/MMVP README, scripts/evaluate_vlm.py): 9 patterns x 15 pairs",
+            class_names_source="the nine visual patterns of the official evaluate_vlm.py, by pair position",
+        ),
+        Benchmark(
+            "fmow",
+            "FMoW (WILDS v1.1)",
+            "classification",
+            ("wilds-fmow",),
+            {
+                "train": Split(76_863),
+                "id_val": Split(11_483),
+                "id_test": Split(11_327),
+                "val": Split(19_915),
+                "test": Split(22_108),
+            },
+            "Koh et al. 2021 (WILDS), FMoW-wilds: 62 classes; OOD val 2013-2015, OOD test from 2016",
+            class_names=FMOW_CATEGORIES,
+            class_names_source="WILDS' 62 categories, as FLYP prompts them (underscores kept)",
+            templates="fmow",
+            templates_source="FLYP's src/templates/fmow_template.py (the 14 filled verbatim)",
+            levels={"DiVE Table 4 (FMoW)": "category (62); OOD worst-region accuracy, 'Other' left out"},
+        ),
+        Benchmark(
+            "iwildcam",
+            "iWildCam (WILDS v2.0)",
+            "classification",
+            ("wilds-iwildcam",),
+            {
+                "train": Split(129_809),
+                "id_val": Split(7_314),
+                "id_test": Split(8_154),
+                "val": Split(14_961),
+                "test": Split(42_791),
+            },
+            "Koh et al. 2021 (WILDS), iWildCam2020-wilds: 182 classes",
+            class_names=IWILDCAM_LABELS,
+            class_names_source="labels by WILDS' scientific names; prompts with FLYP's english names "
+            "(iwildcam_metadata/labels.csv, lower-cased)",
+            prompt_names=IWILDCAM_CLASSNAMES,
+            templates="iwildcam",
+            templates_source="FLYP's src/templates/iwildcam_template.py",
+            levels={"DiVE Table 4 (iWildCam)": "species (182), macro F1"},
+        ),
+        Benchmark(
+            "cc3m",
+            "Conceptual Captions 3M (img2dataset)",
+            "image-text",
+            ("img2dataset",),
+            {"train": Split(None)},
+            "Sharma et al. 2018; what img2dataset downloads varies (its _stats.json records it): not counted",
+        ),
+    )
+}
+
+
+def benchmark_of(name: str | None) -> Benchmark | None:
+    """The benchmark a registry name stands for: its `<key>:` prefix, else (as the zero-shot templates are
+    found) a path component naming it ("imagefolder:/data/imagenet-r", "hf:uoft-cs/cifar10"); None for a
+    user's own data."""
+    if not name:
+        return None
+    prefix = name.partition(":")[0]
+    if prefix in BENCHMARKS:
+        return BENCHMARKS[prefix]
+    table = {_normalise(key): key for key in BENCHMARKS} | {
+        _normalise(b.title): k for k, b in BENCHMARKS.items()
+    }
+    table |= {_normalise(alias): key for alias, key in _KEY_ALIASES.items()}
+    key = _named_in(name, table)
+    return BENCHMARKS.get(key) if key else None
+
+
+# other spellings of the keys (compared after normalisation), as the template sets and folders name them
+_KEY_ALIASES = {
+    "imagenet1k": "imagenet",
+    "ilsvrc2012": "imagenet",
+    "imagenetv2matchedfrequency": "imagenet-v2",
+    "imagenetrendition": "imagenet-r",
+    "imagenetadversarial": "imagenet-a",
+    "fgvcaircraft": "aircraft",
+    "fgvcaircraft2013b": "aircraft",
+    "stanfordcars": "cars",
+    "oxfordpets": "pets",
+    "oxfordiiitpet": "pets",
+    "flowers102": "flowers",
+    "oxfordflowers102": "flowers",
+    "cub200": "cub",
+    "cub2002011": "cub",
+    "coco": "mscoco",
+    "mmvp": "mmvp_vlm",
+    "fmowv11": "fmow",
+    "iwildcamv20": "iwildcam",
+}
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a loaded split holds against its official counts (`complete` when nothing is missing or extra)."""
+
+    benchmark: str
+    split: str
+    images: int
+    official_images: int | None
+    classes: int | None = None
+    official_classes: int | None = None
+    texts: int | None = None
+    official_texts: int | None = None
+    missing_classes: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        pairs = ((self.images, self.official_images), (self.classes, self.official_classes))
+        pairs += ((self.texts, self.official_texts),)
+        return all(official is None or have == official for have, official in pairs)
+
+    def describe(self) -> str:
+        """E.g. "120 of 30,000 images, 5 of 200 classes" (the counts that have official numbers)."""
+        unit = "pairs" if self.benchmark == "mmvp_vlm" else "images"
+        parts = [_of(self.images, self.official_images, unit)]
+        if self.official_classes is not None and self.classes is not None:
+            parts.append(
+                _of(self.classes, self.official_classes, "categories" if unit == "pairs" else "classes")
+            )
+        if self.official_texts is not None and self.texts is not None:
+            parts.append(_of(self.texts, self.official_texts, "captions"))
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record a report keeps beside the numbers."""
+        record = {k: v for k, v in vars(self).items() if v is not None and k != "missing_classes"}
+        if self.missing_classes:
+            record["missing_classes"] = list(self.missing_classes)
+        return {**record, "complete": self.complete, "described": self.describe()}
+
+
+def _of(have: int, official: int | None, unit: str) -> str:
+    return f"{have:,} {unit}" if official is None else f"{have:,} of {official:,} {unit}"
+
+
+def check_counts(counts: Counts, where: str, *, allow_partial: bool = False) -> Counts:
+    """`counts` when complete (or when `allow_partial`); else a one-line UserError naming what is missing."""
+    if counts.complete or allow_partial:
+        return counts
+    missing = ""
+    if counts.missing_classes:
+        shown = ", ".join(counts.missing_classes[:5])
+        more = len(counts.missing_classes) - 5
+        missing = f" (missing {shown}{f' and {more} more' if more > 0 else ''})"
+    raise UserError(
+        f"{BENCHMARKS[counts.benchmark].title} {counts.split} at {where}: {counts.describe()}{missing}; give "
+        "the whole set, or pass --allow-partial to score it marked as partial"
+    )
+
+
+def layouts_help(keys: Sequence[str] | None = None, only: Sequence[str] | None = None) -> str:
+    """The layouts each benchmark of `keys` (default: all) loads (those in `only`, where given), one line
+    each, for --help."""
+    from hf_vrl.data.layouts import all_layouts
+
+    lines = []
+    for key in keys or BENCHMARKS:
+        names = [name for name in BENCHMARKS[key].layouts if only is None or name in only]
+        accepted = "; or ".join(all_layouts()[name].description for name in names)
+        lines.append(f"  {key}: {accepted}")
+    return "\n".join(lines)
