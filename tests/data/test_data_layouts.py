@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_fixtures import image_file, row_class_names
+from data_fixtures import image_file, row_class_names, write_plain_shard
 from PIL import Image
 from scipy.io import savemat
 
@@ -21,6 +21,7 @@ from hf_vrl.data.registry import check_dataset_name, load_dataset_by_name
 from hf_vrl.data.schema import validate_row
 from hf_vrl.errors import UserError
 from hf_vrl.evaluation import load_counted_dataset
+from hf_vrl.presets import list_presets, load_preset
 
 TENCH, GOLDFISH, KIT_FOX, ENGLISH_SETTER = "n01440764", "n01443537", "n02119789", "n02100735"
 
@@ -437,6 +438,35 @@ def test_cc3m_folder_reads_the_shards_not_their_metadata(tmp_path):
     assert (
         len(list(load_dataset_by_name(f"webdataset:{folder}", split="train"))) == 2
     )  # the folder: tars only
+
+
+def test_presets_name_cc3m_by_the_registry_and_its_shards_are_discovered(tmp_path):
+    """Every preset that trains on or replays CC3M names it cc3m:<folder>, no fixed shard pattern: an
+    img2dataset folder of any number of shards is read whole (here 3, with the metadata img2dataset writes
+    beside each), and an explicit webdataset: pattern still reads other shards."""
+    folder = tmp_path / "cc3m"
+    folder.mkdir()
+    for n in range(3):
+        write_plain_shard(folder / f"{n:05d}.tar", 10 * n, 2)
+        (folder / f"{n:05d}_stats.json").write_text('{"successes": 2, "count": 2}')
+        (folder / f"{n:05d}.parquet").write_bytes(b"PAR1 metadata, not data")
+    named = {}
+    for name, _, _ in list_presets():
+        preset = load_preset(name)
+        assert "00331" not in json.dumps(preset), name  # no shard count in notes or fields
+        for section, field in (("data", "dataset"), ("dive", "reference_dataset")):
+            value = preset.get(section, {}).get(field)
+            if isinstance(value, str) and "cc3m" in value.lower():
+                named[f"{name} {field}"] = value.partition(":")[0]
+    assert len(named) == 10 and set(named.values()) == {"cc3m"}, named  # 6 DCR presets, 4 DiVE
+    check_dataset_name(f"cc3m:{folder}")
+    rows = list(load_dataset_by_name(f"cc3m:{folder}", split="train", stream_options={"shuffle_buffer": 0}))
+    assert sorted(row["caption"] for row in rows) == [f"caption {i}" for i in (0, 1, 10, 11, 20, 21)]
+    pattern = f"webdataset:{folder}/{{00000..00001}}.tar"
+    assert len(list(load_dataset_by_name(pattern, split="train", stream_options={"shuffle_buffer": 0}))) == 4
+    with pytest.raises(UserError, match=r"--dataset cc3m:.*expected img2dataset's output folder") as error:
+        check_dataset_name(f"cc3m:{tmp_path / 'photos'}")
+    assert len(str(error.value).splitlines()) == 1
 
 
 # -- generic copies: class names matched to the official ones ----------------------------------------------
