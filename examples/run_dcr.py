@@ -1,5 +1,5 @@
-"""DCR end to end on a CPU in minutes (a paper preset on CC3M: `--preset dcr-openai-l14-224 --dataset
-"webdataset:/data/cc3m/{00000..00331}.tar"`).
+"""DCR end to end on a CPU in minutes (a paper preset on CC3M as img2dataset writes it: `--preset
+dcr-openai-l14-224 --dataset cc3m:/data/cc3m`).
 
     python examples/run_dcr.py                         # the miniature where DCR has something to add
     python examples/run_dcr.py --preset dcr-tiny       # the tiny preset alone (any `hf-vrl train dcr` flag)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import tarfile
 from pathlib import Path
 
@@ -127,3 +128,48 @@ def write_plain_shard(path: Path, start: int, n: int, size=(24, 24)) -> Path:
 
 
 CUB_CLASSES = ("001.Black_footed_Albatross", "002.Laysan_Albatross", "003.Sooty_Albatross")
+
+
+def image_file(path: Path, colour=(200, 30, 30), size=(12, 10)) -> Path:
+    """A small solid-colour image written at `path` (its folders made), in the format its suffix names."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, colour).save(path)
+    return path
+
+
+def row_class_names(dataset) -> list[str]:
+    """The class name of each row's `label`, in row order."""
+    names = dataset.features["label"].names
+    return [names[label] for label in dataset["label"]]
+
+
+def _riff(fourcc: bytes, data: bytes) -> bytes:
+    return fourcc + len(data).to_bytes(4, "little") + data + b"\0" * (len(data) % 2)
+
+
+def _riff_list(kind: bytes, payload: bytes) -> bytes:
+    return b"LIST" + (len(payload) + 4).to_bytes(4, "little") + kind + payload
+
+
+def mjpeg_avi(frames: list[Image.Image], fps: int = 25) -> bytes:
+    """An AVI file (RIFF 'AVI ': the hdrl header list, one MJPEG video stream, the movi frames, the idx1
+    index; Microsoft's AVI RIFF reference) of `frames`, the container UCF-101's clips come in."""
+    jpegs = [encode(frame, "JPEG", quality=95) for frame in frames]
+    width, height = frames[0].size
+    largest = max(len(j) for j in jpegs)
+    avih = struct.pack(
+        "<10I4I", 1_000_000 // fps, 0, 0, 0x10, len(jpegs), 0, 1, largest, width, height, 0, 0, 0, 0
+    )
+    stream = (0, 0, 0, 0, 1, fps, 0, len(jpegs), largest, 0xFFFFFFFF, 0, 0, 0, width, height)
+    strh = b"vidsMJPG" + struct.pack("<IHHIIIIIIIIhhhh", *stream)
+    strf = struct.pack("<IiiHH4sIiiII", 40, width, height, 1, 24, b"MJPG", width * height * 3, 0, 0, 0, 0)
+    header = _riff_list(
+        b"hdrl", _riff(b"avih", avih) + _riff_list(b"strl", _riff(b"strh", strh) + _riff(b"strf", strf))
+    )
+    chunks = [_riff(b"00dc", j) for j in jpegs]
+    index, offset = b"", 4
+    for chunk, jpeg in zip(chunks, jpegs):
+        index += b"00dc" + struct.pack("<III", 0x10, offset, len(jpeg))
+        offset += len(chunk)
+    body = b"AVI " + header + _riff_list(b"movi", b"".join(chunks)) + _riff(b"idx1", index)
+    return _riff(b"RIFF", body)

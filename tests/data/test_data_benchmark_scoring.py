@@ -125,7 +125,7 @@ def test_transfer_sets_are_prompted_with_openais_names(tiny_clip, tmp_path):
     dataset, counts = load_counted_dataset(
         f"eurosat:{tmp_path / 'eurosat'}", split="test", allow_partial=True
     )
-    assert counts["images"] == 2 and counts.get("official_images") is None  # no official split: not counted
+    assert counts["images"] == 2 and counts["official_images"] == 27_000  # clip_benchmark's: the whole set
     report = _zero_shot(tiny_clip, dataset, f"eurosat:{tmp_path / 'eurosat'}")
     assert report["class_names"] == "openai:eurosat"
     named = load_eval_dataset(f"imagefolder:{tmp_path / 'eurosat'}", split="test")  # the path names it

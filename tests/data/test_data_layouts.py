@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from data_fixtures import image_file, row_class_names, write_plain_shard
 from PIL import Image
 from scipy.io import savemat
 
@@ -19,20 +20,10 @@ from hf_vrl.data.layouts import load_benchmark
 from hf_vrl.data.registry import check_dataset_name, load_dataset_by_name
 from hf_vrl.data.schema import validate_row
 from hf_vrl.errors import UserError
+from hf_vrl.evaluation import load_counted_dataset
+from hf_vrl.presets import list_presets, load_preset
 
 TENCH, GOLDFISH, KIT_FOX, ENGLISH_SETTER = "n01440764", "n01443537", "n02119789", "n02100735"
-
-
-def _image(path: Path, colour=(200, 30, 30), size=(12, 10)) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, colour).save(path)
-    return path
-
-
-def _names(dataset) -> list[str]:
-    """The class name of each row, in row order."""
-    names = dataset.features["label"].names
-    return [names[label] for label in dataset["label"]]
 
 
 # -- ImageNet ------------------------------------------------------------------------------------------------
@@ -60,10 +51,10 @@ def _devkit(root: Path, ground_truth: list[int]) -> None:
 
 def test_imagenet_val_flat_with_the_devkit_ground_truth(tmp_path):
     for n in (1, 2, 3, 4):
-        _image(tmp_path / "val" / f"ILSVRC2012_val_{n:08d}.JPEG")
+        image_file(tmp_path / "val" / f"ILSVRC2012_val_{n:08d}.JPEG")
     _devkit(tmp_path, [3, 1, 2, 3])  # image 1: tench, 2: kit fox, 3: English setter, 4: tench
     dataset, counts = load_benchmark("imagenet", str(tmp_path), "test")  # the papers' ImageNet test: val
-    assert _names(dataset) == [TENCH, KIT_FOX, ENGLISH_SETTER, TENCH]
+    assert row_class_names(dataset) == [TENCH, KIT_FOX, ENGLISH_SETTER, TENCH]
     assert dataset["key"] == [f"ILSVRC2012_val_{n:08d}.JPEG" for n in (1, 2, 3, 4)]
     assert dataset.features["label"].num_classes == 1000
     assert dataset[0]["caption"].endswith("tench.") or "tench" in dataset[0]["caption"]  # OpenAI's name
@@ -76,23 +67,23 @@ def test_imagenet_val_flat_with_the_devkit_ground_truth(tmp_path):
 def test_imagenet_kaggle_layout_with_loc_val_solution(tmp_path):
     base = tmp_path / "ILSVRC" / "Data" / "CLS-LOC"
     for n in (1, 2):
-        _image(base / "val" / f"ILSVRC2012_val_{n:08d}.JPEG")
+        image_file(base / "val" / f"ILSVRC2012_val_{n:08d}.JPEG")
     for wnid in (TENCH, GOLDFISH):
-        _image(base / "train" / wnid / f"{wnid}_10026.JPEG")
+        image_file(base / "train" / wnid / f"{wnid}_10026.JPEG")
     (tmp_path / "LOC_val_solution.csv").write_text(
         "ImageId,PredictionString\n"
         f"ILSVRC2012_val_00000002,{GOLDFISH} 10 20 100 120 {GOLDFISH} 5 5 50 50\n"
         f"ILSVRC2012_val_00000001,{TENCH} 1 2 3 4\n"
     )
     val, counts = load_benchmark("imagenet", str(tmp_path), "validation")
-    assert _names(val) == [TENCH, GOLDFISH] and counts.official_images == 50_000
+    assert row_class_names(val) == [TENCH, GOLDFISH] and counts.official_images == 50_000
     train, counts = load_benchmark("imagenet", f"imagenet:{tmp_path}", "train")
-    assert _names(train) == [TENCH, GOLDFISH] and counts.official_images == 1_281_167
+    assert row_class_names(train) == [TENCH, GOLDFISH] and counts.official_images == 1_281_167
     assert len(load_dataset_by_name(f"imagenet:{tmp_path}", split="val")) == 2  # through the registry
 
 
 def test_a_flat_val_without_ground_truth_is_one_line(tmp_path):
-    _image(tmp_path / "val" / "ILSVRC2012_val_00000001.JPEG")
+    image_file(tmp_path / "val" / "ILSVRC2012_val_00000001.JPEG")
     with pytest.raises(
         UserError, match="flat validation folder: put the devkit .* or Kaggle's LOC_val_solution"
     ):
@@ -111,10 +102,10 @@ def test_imagenet_shifts_as_their_archives_extract(tmp_path, key, folder, wnids,
     """<archive>/<wnid>/<image>, no split level; the copy holds 2 of the classes, every class a label."""
     for i, wnid in enumerate(wnids):
         for j in range(i + 1):
-            _image(tmp_path / folder / wnid / f"{j}.jpg")
+            image_file(tmp_path / folder / wnid / f"{j}.jpg")
     for split in ("test", "train"):  # however a split is asked for: the archive's one
         dataset, counts = load_benchmark(key, str(tmp_path), split)
-        assert _names(dataset) == [wnids[0], wnids[1], wnids[1]]
+        assert row_class_names(dataset) == [wnids[0], wnids[1], wnids[1]]
         assert dataset.features["label"].num_classes == official[1]
         assert (counts.images, counts.classes) == (3, 2)
         assert (counts.official_images, counts.official_classes) == official
@@ -127,7 +118,7 @@ def test_imagenet_shifts_as_their_archives_extract(tmp_path, key, folder, wnids,
 def test_a_whole_copy_by_the_registry_counts_passes_unmarked(tmp_path, monkeypatch):
     """The registry entry's counts as data: with the copy's own numbers the check passes and marks nothing."""
     for wnid in (GOLDFISH, "n01484850"):
-        _image(tmp_path / "imagenet-r" / wnid / "0.jpg")
+        image_file(tmp_path / "imagenet-r" / wnid / "0.jpg")
     entry = BENCHMARKS["imagenet-r"]
     monkeypatch.setitem(BENCHMARKS, "imagenet-r", replace(entry, splits={"test": Split(2, 2)}))
     dataset, counts = load_benchmark("imagenet-r", str(tmp_path), "test")
@@ -137,25 +128,25 @@ def test_a_whole_copy_by_the_registry_counts_passes_unmarked(tmp_path, monkeypat
 
 def test_imagenet_v2_folders_by_label_id(tmp_path):
     base = tmp_path / "imagenetv2-matched-frequency-format-val"
-    _image(base / "0" / "7e4f3c.jpeg")  # label 0: tench
-    _image(base / "1" / "a1b2c3.jpeg")  # label 1: goldfish
-    _image(base / "278" / "ffee00.jpeg")  # label 278: kit fox
+    image_file(base / "0" / "7e4f3c.jpeg")  # label 0: tench
+    image_file(base / "1" / "a1b2c3.jpeg")  # label 1: goldfish
+    image_file(base / "278" / "ffee00.jpeg")  # label 278: kit fox
     dataset, counts = load_benchmark("imagenet-v2", str(tmp_path), "test")
-    assert _names(dataset) == [TENCH, GOLDFISH, KIT_FOX]
+    assert row_class_names(dataset) == [TENCH, GOLDFISH, KIT_FOX]
     assert (counts.images, counts.official_images, counts.official_classes) == (3, 10_000, 1000)
 
 
 def test_objectnet_reads_the_mapped_folders_as_published(tmp_path):
     images = tmp_path / "objectnet-1.0" / "images"
-    _image(images / "alarm_clock" / "0a1b.png")
-    _image(images / "banana" / "77ff.png")
-    _image(images / "banana" / "88ee.png")
-    _image(images / "squeegee" / "1234.png")  # one of the 200 folders with no ImageNet class: not read
+    image_file(images / "alarm_clock" / "0a1b.png")
+    image_file(images / "banana" / "77ff.png")
+    image_file(images / "banana" / "88ee.png")
+    image_file(images / "squeegee" / "1234.png")  # one of the 200 folders with no ImageNet class: not read
     (tmp_path / "objectnet-1.0" / "mappings").mkdir()
     dataset, counts = load_benchmark("objectnet", str(tmp_path), "test")
     names = dataset.features["label"].names
     assert len(names) == 113 and names[:2] == ["alarm_clock", "backpack"]  # folder names, as published
-    assert _names(dataset) == ["alarm_clock", "banana", "banana"]
+    assert row_class_names(dataset) == ["alarm_clock", "banana", "banana"]
     assert (counts.images, counts.official_images, counts.classes, counts.official_classes) == (
         3,
         18_574,
@@ -190,7 +181,7 @@ def _aircraft_archive(root: Path) -> None:
             lines = "".join(f"{entry[0]} {entry[column]}\n" for entry in entries)
             (data / f"images_{level}_{split}.txt").write_text(lines)
         for entry in entries:
-            _image(data / "images" / f"{entry[0]}.jpg")
+            image_file(data / "images" / f"{entry[0]}.jpg")
 
 
 def test_aircraft_archive_under_the_benchmark_key_probes_the_100_variants(tmp_path):
@@ -198,7 +189,7 @@ def test_aircraft_archive_under_the_benchmark_key_probes_the_100_variants(tmp_pa
     _aircraft_archive(tmp_path / "aircraft")
     dataset, counts = load_benchmark("aircraft", str(tmp_path / "aircraft"), "train", level="variant")
     assert dataset.features["label"].num_classes == 100  # every variant (variants.txt absent: OpenAI's list)
-    assert _names(dataset) == ["A380", "707-320"]  # by image id
+    assert row_class_names(dataset) == ["A380", "707-320"]  # by image id
     assert (counts.images, counts.official_images, counts.classes, counts.official_classes) == (
         2,
         6_667,
@@ -207,7 +198,8 @@ def test_aircraft_archive_under_the_benchmark_key_probes_the_100_variants(tmp_pa
     )
     coarse, _ = load_benchmark("aircraft", f"aircraft:{tmp_path / 'aircraft'}", "test")  # CLUE's reading
     assert (
-        _names(coarse) == ["A380"] and coarse.features["fine_label"].names[coarse[0]["fine_label"]] == "A380"
+        row_class_names(coarse) == ["A380"]
+        and coarse.features["fine_label"].names[coarse[0]["fine_label"]] == "A380"
     )
 
 
@@ -233,13 +225,13 @@ def _cars_devkit(root: Path) -> None:
     savemat(root / "cars_test_annos_withlabels.mat", {"annotations": test.reshape(1, -1)})
     for split in ("train", "test"):
         for name in ("00001.jpg", "00002.jpg"):
-            _image(root / f"cars_{split}" / name)
+            image_file(root / f"cars_{split}" / name)
 
 
 def test_stanford_cars_devkit_mat_files(tmp_path):
     _cars_devkit(tmp_path / "stanford_cars")
     train, counts = load_benchmark("cars", str(tmp_path), "train", level="model")
-    assert _names(train) == ["Acura TL Sedan 2012", "AM General Hummer SUV 2000"]  # classes 3 and 1
+    assert row_class_names(train) == ["Acura TL Sedan 2012", "AM General Hummer SUV 2000"]  # classes 3 and 1
     assert train.features["label"].names[:2] == ["AM General Hummer SUV 2000", "Acura RL Sedan 2012"]
     assert (counts.images, counts.official_images, counts.classes, counts.official_classes) == (
         2,
@@ -248,7 +240,7 @@ def test_stanford_cars_devkit_mat_files(tmp_path):
         196,
     )
     test, counts = load_benchmark("cars", str(tmp_path), "test", level="model")
-    assert _names(test) == ["Acura RL Sedan 2012"] * 2 and counts.official_images == 8_041
+    assert row_class_names(test) == ["Acura RL Sedan 2012"] * 2 and counts.official_images == 8_041
     by_make = load_dataset_by_name(f"cars:{tmp_path}", split="train")  # CLUE's reading: label = make
     assert [by_make.features["label"].names[i] for i in by_make["label"]] == ["Acura", "AM General"]
     (tmp_path / "stanford_cars" / "cars_test_annos_withlabels.mat").unlink()
@@ -290,7 +282,7 @@ def test_fmow_wilds_splits_and_regions(tmp_path):
         [{"alpha-3": a, "region": r} for a, r in regions + [("DEU", "Europe")]],
     )
     for number in range(len(rows)):
-        _image(root / "images" / f"rgb_img_{number}.png")
+        image_file(root / "images" / f"rgb_img_{number}.png")
     expected = {
         "train": (["airport"], ["Americas"]),
         "id_val": (["dam"], ["Asia"]),
@@ -300,11 +292,40 @@ def test_fmow_wilds_splits_and_regions(tmp_path):
     }
     for split, (categories, region) in expected.items():
         dataset, counts = load_benchmark("fmow", str(tmp_path), split)
-        assert _names(dataset) == categories and dataset["region"] == region, split
+        assert row_class_names(dataset) == categories and dataset["region"] == region, split
         assert counts.official_images == BENCHMARKS["fmow"].splits[split].images
     assert load_benchmark("fmow", str(tmp_path), "test")[0]["key"] == ["rgb_img_4.png", "rgb_img_5.png"]
     assert load_benchmark("fmow", str(tmp_path), "train")[1].official_images == 76_863
     assert BENCHMARKS["fmow"].class_names[:2] == ("airport", "airport_hangar")
+
+
+def test_fmow_given_as_an_image_folder_reads_as_fmow(tmp_path):
+    """The issue's case: images with WILDS' metadata as metadata.csv (a `file_name` column names each image),
+    given as fmow:, imagefolder: or a bare path, is FMoW with WILDS' splits and regions (as class folders it
+    was one class, "images"); without WILDS' country-code mapping it is refused in one line."""
+    root = tmp_path / "fmow"
+    rows = [
+        ("images/a.png", "train", "zoo", "KEN", "2010-01-01T00:00:00Z"),  # train, Africa
+        ("images/b.png", "test", "dam", "FRA", "2016-06-01T00:00:00Z"),  # OOD test, Europe
+    ]
+    columns = ("file_name", "split", "category", "country_code", "timestamp")
+    _csv(root / "metadata.csv", [dict(zip(columns, row)) for row in rows])
+    for row in rows:
+        image_file(root / row[0])
+    with pytest.raises(
+        UserError, match="metadata.csv needs WILDS' country_code_mapping.csv beside it"
+    ) as error:
+        load_dataset_by_name(f"imagefolder:{root}", split="train")
+    assert len(str(error.value).splitlines()) == 1
+    _csv(
+        root / "country_code_mapping.csv",
+        [{"alpha-3": "KEN", "region": "Africa"}, {"alpha-3": "FRA", "region": "Europe"}],
+    )
+    for name in (f"fmow:{root}", f"imagefolder:{root}", str(root)):
+        train = load_dataset_by_name(name, split="train")
+        assert row_class_names(train) == ["zoo"] and train["region"] == ["Africa"], name
+    test, record = load_counted_dataset(f"imagefolder:{root}", split="test", allow_partial=True)
+    assert test["region"] == ["Europe"] and record["official_images"] == 22_108
 
 
 def test_iwildcam_wilds_metadata(tmp_path):
@@ -316,12 +337,12 @@ def test_iwildcam_wilds_metadata(tmp_path):
     ]
     _csv(root / "metadata.csv", rows)
     for row in rows:
-        _image(root / "train" / row["filename"])
+        image_file(root / "train" / row["filename"])
     test, counts = load_benchmark("iwildcam", str(tmp_path), "test")
     assert test["label"] == [181] and test["location"] == ["7"]
     assert (counts.images, counts.official_images) == (1, 42_791)
     id_test, _ = load_benchmark("iwildcam", str(tmp_path), "id_test")
-    assert _names(id_test) == ["dasyprocta punctata"]  # y = 2, labelled by its scientific name
+    assert row_class_names(id_test) == ["dasyprocta punctata"]  # y = 2, labelled by its scientific name
     assert "central american agouti" in id_test[0]["caption"]  # and prompted by FLYP's English one
     assert len(BENCHMARKS["iwildcam"].class_names) == 182
 
@@ -353,7 +374,7 @@ def test_flickr30k_karpathy_test_split_only(tmp_path):
         ],
     )
     for name in ("1000092795.jpg", "1007129816.jpg", "1009434119.jpg"):
-        _image(tmp_path / "flickr30k-images" / name)
+        image_file(tmp_path / "flickr30k-images" / name)
     dataset, counts = load_benchmark("flickr30k", str(tmp_path), "test")
     assert dataset["caption"] == [["a man with an orange hat", "a man in a hat", "a hat"]]
     assert (counts.images, counts.official_images, counts.texts, counts.official_texts) == (
@@ -374,8 +395,8 @@ def test_coco_karpathy_with_filepath_folders(tmp_path):
             ("val2014", "COCO_val2014_000000522418.jpg", "restval", ["a woman cutting cake"]),
         ],
     )
-    _image(tmp_path / "val2014" / "COCO_val2014_000000391895.jpg")
-    _image(tmp_path / "val2014" / "COCO_val2014_000000522418.jpg")
+    image_file(tmp_path / "val2014" / "COCO_val2014_000000391895.jpg")
+    image_file(tmp_path / "val2014" / "COCO_val2014_000000522418.jpg")
     dataset, counts = load_benchmark("mscoco", str(tmp_path / "annotations"), "test")
     assert dataset["key"] == ["COCO_val2014_000000391895.jpg"] and counts.describe() == (
         "1 of 5,000 images, 5 of 25,010 captions"
@@ -419,21 +440,54 @@ def test_cc3m_folder_reads_the_shards_not_their_metadata(tmp_path):
     )  # the folder: tars only
 
 
+def test_presets_name_cc3m_by_the_registry_and_its_shards_are_discovered(tmp_path):
+    """Every preset that trains on or replays CC3M names it cc3m:<folder>, no fixed shard pattern: an
+    img2dataset folder of any number of shards is read whole (here 3, with the metadata img2dataset writes
+    beside each), and an explicit webdataset: pattern still reads other shards."""
+    folder = tmp_path / "cc3m"
+    folder.mkdir()
+    for n in range(3):
+        write_plain_shard(folder / f"{n:05d}.tar", 10 * n, 2)
+        (folder / f"{n:05d}_stats.json").write_text('{"successes": 2, "count": 2}')
+        (folder / f"{n:05d}.parquet").write_bytes(b"PAR1 metadata, not data")
+    named = {}
+    for name, _, _ in list_presets():
+        preset = load_preset(name)
+        assert "00331" not in json.dumps(preset), name  # no shard count in notes or fields
+        for section, field in (("data", "dataset"), ("dive", "reference_dataset")):
+            value = preset.get(section, {}).get(field)
+            if isinstance(value, str) and "cc3m" in value.lower():
+                named[f"{name} {field}"] = value.partition(":")[0]
+    assert len(named) == 10 and set(named.values()) == {"cc3m"}, named  # 6 DCR presets, 4 DiVE
+    check_dataset_name(f"cc3m:{folder}")
+    rows = list(load_dataset_by_name(f"cc3m:{folder}", split="train", stream_options={"shuffle_buffer": 0}))
+    assert sorted(row["caption"] for row in rows) == [f"caption {i}" for i in (0, 1, 10, 11, 20, 21)]
+    pattern = f"webdataset:{folder}/{{00000..00001}}.tar"
+    assert len(list(load_dataset_by_name(pattern, split="train", stream_options={"shuffle_buffer": 0}))) == 4
+    with pytest.raises(UserError, match=r"--dataset cc3m:.*expected img2dataset's output folder") as error:
+        check_dataset_name(f"cc3m:{tmp_path / 'photos'}")
+    assert len(str(error.value).splitlines()) == 1
+
+
 # -- generic copies: class names matched to the official ones ----------------------------------------------
 
 
 def test_split_folders_map_the_publishers_names_to_openais(tmp_path):
     for name in ("AnnualCrop", "SeaLake"):  # EuroSAT's folders (OpenAI renamed them)
-        _image(tmp_path / "eurosat" / "test" / name / f"{name}_1.jpg")
+        image_file(tmp_path / "eurosat" / "test" / name / f"{name}_1.jpg")
     eurosat, counts = load_benchmark("eurosat", str(tmp_path / "eurosat"), "test")
-    assert _names(eurosat) == ["annual crop land", "lake or sea"] and counts.official_images is None
+    assert (
+        row_class_names(eurosat) == ["annual crop land", "lake or sea"] and counts.official_images == 27_000
+    )
     for name in ("Abyssinian", "american_bulldog"):  # Pets' breeds, in the publisher's spelling
-        _image(tmp_path / "pets" / "test" / name / "1.jpg")
+        image_file(tmp_path / "pets" / "test" / name / "1.jpg")
     pets, counts = load_benchmark("pets", str(tmp_path / "pets"), "test")
-    assert _names(pets) == ["Abyssinian", "american bulldog"] and counts.official_images == 3_669
-    _image(tmp_path / "caltech101" / "test" / "Faces_easy" / "image_0001.jpg")
-    assert _names(load_benchmark("caltech101", str(tmp_path / "caltech101"), "test")[0]) == ["centered face"]
-    _image(tmp_path / "cifar10" / "test" / "spaceship" / "0.png")
+    assert row_class_names(pets) == ["Abyssinian", "american bulldog"] and counts.official_images == 3_669
+    image_file(tmp_path / "caltech101" / "test" / "Faces_easy" / "image_0001.jpg")
+    assert row_class_names(load_benchmark("caltech101", str(tmp_path / "caltech101"), "test")[0]) == [
+        "centered face"
+    ]
+    image_file(tmp_path / "cifar10" / "test" / "spaceship" / "0.png")
     with pytest.raises(UserError, match="'spaceship' are not its classes"):
         load_benchmark("cifar10", str(tmp_path / "cifar10"), "test")
 
@@ -449,7 +503,7 @@ def test_a_datasets_copy_is_relabelled_in_the_official_classes(tmp_path):
         tmp_path / "c"
     )
     dataset, counts = load_benchmark("cifar10", f"hf:{tmp_path / 'c'}", "test")
-    assert _names(dataset) == ["truck", "airplane", "airplane"] and dataset["label"] == [9, 0, 0]
+    assert row_class_names(dataset) == ["truck", "airplane", "airplane"] and dataset["label"] == [9, 0, 0]
     assert dataset.features["label"].names == list(BENCHMARKS["cifar10"].class_names)
     assert (counts.images, counts.official_images) == (3, 10_000)
 

@@ -168,7 +168,11 @@ def test_missing_data_or_a_wrong_layout_is_one_line(setup, tmp_path, capsys):
     argv = ["--table", "2", "--data-root", str(tmp_path), "--model", str(clip)]
     assert example("reproduce_dcr").main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "mnist is missing: put mnist there as <split>/<class>/<image>" in err
+    assert (
+        err.startswith("error: ")
+        and "mnist is missing: put mnist there as MNIST as published: {train,t10k}-" in err
+    )
+    assert "or <split>/<class>/<image> folders" in err
     assert len(err.splitlines()) == 1
     (tmp_path / "imagenet" / "val").mkdir(parents=True)
     (tmp_path / "imagenet" / "val" / "ILSVRC2012_val_00000001.JPEG").write_bytes(b"")

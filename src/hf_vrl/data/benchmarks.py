@@ -4,9 +4,11 @@ and the presets (through the registry names `<key>:<path>`, `hf_vrl.data.registr
 Each `Benchmark` says which layouts it loads as published (`hf_vrl.data.layouts`), its splits with the
 official image / class / caption counts (checked before anything is scored: `check_counts`), the class names
 and prompt templates its zero-shot rows use and where they come from, and the label level each paper table
-scores. Counts are the publishers' numbers (`counts_source`); a set whose publisher defines no split
-(Caltech-101, SUN397, EuroSAT, UCF-101: every paper draws its own) has its class count checked and its image
-count left to the user (`images=None`).
+scores. Counts are the publishers' numbers (`counts_source`). Where the publisher defines no split, the
+split its published layout is read with is counted (SUN397: the publisher's first partition; UCF-101: its
+split 1; Caltech-101: 30 images a class for train as tfds draws them; EuroSAT: the whole set as the test
+set, clip_benchmark's reading), and a split left to the user has its class count checked only
+(`images=None`).
 """
 
 from __future__ import annotations
@@ -271,6 +273,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "CIFAR-10",
             {"train": Split(50_000, 10), "test": Split(10_000, 10)},
             "Krizhevsky 2009: 50,000 train, 10,000 test images",
+            layouts=("cifar-10-python", *GENERIC),
             levels=_levels("dcr2", "dcr6", "diffclip1"),
         ),
         _classification(
@@ -278,6 +281,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "CIFAR-100",
             {"train": Split(50_000, 100), "test": Split(10_000, 100)},
             "Krizhevsky 2009: 50,000 train, 10,000 test images, 100 fine classes",
+            layouts=("cifar-100-python", *GENERIC),
             levels=_levels("diffclip1", level="fine class (100)"),
         ),
         _classification(
@@ -285,13 +289,15 @@ BENCHMARKS: dict[str, Benchmark] = {
             "MNIST",
             {"train": Split(60_000, 10), "test": Split(10_000, 10)},
             "LeCun et al. 1998: 60,000 train, 10,000 test images",
+            layouts=("mnist-idx", *GENERIC),
             levels=_levels("dcr2", "dcr6"),
         ),
         _classification(
             "food101",
             "Food-101",
             {"train": Split(75_750, 101), "test": Split(25_250, 101)},
-            "Bossard et al. 2014: 750 train and 250 test images per class",
+            "Bossard et al. 2014: 750 train and 250 test images per class (meta/train.txt, test.txt)",
+            layouts=("food-101", *GENERIC),
             levels=_levels("diffclip1", "dive3"),
         ),
         _classification(
@@ -299,6 +305,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "Describable Textures (DTD, split 1)",
             {"train": Split(1_880, 47), "validation": Split(1_880, 47), "test": Split(1_880, 47)},
             "Cimpoi et al. 2014: 40 images per class in each of train / val / test (labels/*1.txt)",
+            layouts=("dtd", *GENERIC),
             aliases={"val": "validation"},
             levels=_levels("dcr2", "dcr6", "diffclip1", "dive3"),
         ),
@@ -306,7 +313,9 @@ BENCHMARKS: dict[str, Benchmark] = {
             "pets",
             "Oxford-IIIT Pets",
             {"train": Split(3_680, 37), "test": Split(3_669, 37)},
-            "Parkhi et al. 2012: trainval 3,680, test 3,669 images, 37 breeds",
+            "Parkhi et al. 2012: trainval 3,680, test 3,669 images, 37 breeds (annotations/trainval.txt, "
+            "test.txt)",
+            layouts=("oxford-pets", *GENERIC),
             templates="oxford_pets",
             aliases={"trainval": "train"},
             levels=_levels("diffclip1", "dive3"),
@@ -315,7 +324,9 @@ BENCHMARKS: dict[str, Benchmark] = {
             "flowers",
             "Oxford Flowers-102",
             {"train": Split(1_020, 102), "validation": Split(1_020, 102), "test": Split(6_149, 102)},
-            "Nilsback & Zisserman 2008: 10 train and 10 val images per class, 6,149 test",
+            "Nilsback & Zisserman 2008: 10 train and 10 val images per class, 6,149 test (setid.mat's trnid, "
+            "valid, tstid)",
+            layouts=("flowers102", *GENERIC),
             templates="flowers102",
             aliases={"val": "validation"},
             levels=_levels("diffclip1", "dive3"),
@@ -323,29 +334,38 @@ BENCHMARKS: dict[str, Benchmark] = {
         _classification(
             "caltech101",
             "Caltech-101",
-            {"train": Split(None, 102), "test": Split(None, 102)},
-            "Fei-Fei et al. 2004: 9,146 images in 101 classes + background; no official split",
+            {"train": Split(3_060, 102), "test": Split(6_084, 102)},
+            "Fei-Fei et al. 2004: 9,144 images in 101 classes + background (BACKGROUND_Google); no published "
+            "split: 30 images a class for train, the rest test, as tfds draws it (the CLIP paper's Table 9, "
+            "LGSSL), 3,060 / 6,084",
+            layouts=("caltech101", *GENERIC),
             levels=_levels("dcr2", "dcr6", "diffclip1", "dive3"),
         ),
         _classification(
             "sun397",
             "SUN397",
-            {"train": Split(None, 397), "test": Split(None, 397)},
-            "Xiao et al. 2010: 397 classes; ten published partitions, none official",
+            {"train": Split(19_850, 397), "test": Split(19_850, 397)},
+            "Xiao et al. 2010: 108,754 images, 397 classes; the first of the publisher's ten partitions "
+            "(Training_01.txt / Testing_01.txt: 50 + 50 images a class), the CLIP paper's split",
+            layouts=("sun397", *GENERIC),
             levels=_levels("diffclip1", "dive3"),
         ),
         _classification(
             "eurosat",
             "EuroSAT (RGB)",
-            {"train": Split(None, 10), "test": Split(None, 10)},
-            "Helber et al. 2019: 27,000 images, 10 classes; no official split",
+            {"train": Split(None, 10), "test": Split(27_000, 10)},
+            "Helber et al. 2019: 27,000 images, 10 classes; no published split: the whole set is the test "
+            "set, as clip_benchmark scores it (a train split is yours: not counted)",
+            layouts=("eurosat", *GENERIC),
             levels=_levels("dcr2", "dcr6", "dive3"),
         ),
         _classification(
             "ucf101",
             "UCF-101 (middle frames)",
-            {"train": Split(None, 101), "test": Split(None, 101)},
-            "Soomro et al. 2012: 101 action classes (videos; a frame per clip, the split the user's)",
+            {"train": Split(9_537, 101), "test": Split(3_783, 101)},
+            "Soomro et al. 2012: 13,320 clips, 101 action classes; split 1 of ucfTrainTestlist (trainlist01, "
+            "testlist01: 9,537 / 3,783 clips), each clip's middle frame as the CLIP paper scores it",
+            layouts=("ucf101", *GENERIC),
             levels=_levels("dive3"),
         ),
         _retrieval(
@@ -461,6 +481,10 @@ _KEY_ALIASES = {
     "mmvp": "mmvp_vlm",
     "fmowv11": "fmow",
     "iwildcamv20": "iwildcam",
+    "cifar10batchespy": "cifar10",
+    "cifar100python": "cifar100",
+    "101objectcategories": "caltech101",
+    "eurosatrgb": "eurosat",
 }
 
 

@@ -258,6 +258,7 @@ LAYOUTS = (
         "{train,test}/<class name>/<image> (Stanford Cars' class names)",
         _find_cars_folders,
         lambda root, split, benchmark: load_stanford_cars(root, split),
+        tree=True,
     ),
 )
 

@@ -180,6 +180,7 @@ LAYOUTS = (
         "LOC_val_solution.csv beside it; or val/<wnid>/), also under Kaggle's ILSVRC/Data/CLS-LOC/",
         _ilsvrc_base,
         _read_ilsvrc,
+        tree=True,  # train/<wnid>/ is also how a user's own WNID folders look (Imagenette): not rerouted
     ),
     Layout(
         "wnid-folders",
@@ -187,17 +188,20 @@ LAYOUTS = (
         "sketch/)",
         _find_wnid_folders,
         _read_wnid_folders,
+        tree=True,
     ),
     Layout(
         "imagenetv2",
         "imagenetv2-matched-frequency-format-val/<0..999>/<image> (folders by ImageNet label id)",
         _find_imagenetv2,
         _read_imagenetv2,
+        tree=True,
     ),
     Layout(
         "objectnet",
         "objectnet-1.0/images/<folder>/<image> (ObjectNet 1.0; its 113 ImageNet-mapped folders are scored)",
         _objectnet_images,
         _read_objectnet,
+        tree=True,
     ),
 )

@@ -10,6 +10,9 @@ Layouts (`all_layouts()`; `hf_vrl.data.benchmarks.layouts_help` prints them per 
 - CUB-200-2011, the FGVC-Aircraft archive, Stanford Cars' devkit (`cub.py`, `fine_grained.py`).
 - WILDS' FMoW and iWildCam folders (`wilds.py`), Karpathy's caption splits (`captions.py`), MMVP-VLM
   (`hf_vrl.metrics.mmvp`), img2dataset shard folders (`webdataset.py`).
+- The CLIP transfer sets with their publishers' annotation files (`transfer.py`: Flowers-102's .mat files,
+  Pets', DTD's, Food-101's and SUN397's split lists, Caltech-101's and EuroSAT's class folders) and the packed
+  ones (`packed.py`: CIFAR's pickles, MNIST's idx files, UCF-101's clips).
 - Generic: <split>/<class>/ image folders and `datasets` copies (Hub id, save_to_disk, parquet), whose class
   names are matched to the official ones (OpenAI's names, the publisher's folder names, WordNet ids, or
   label ids); a class that matches none is refused.
@@ -40,22 +43,27 @@ __all__ = [
     "Layout",
     "all_layouts",
     "counts_of",
+    "folder_with",
     "image_files",
     "lazy_dataset",
     "load_benchmark",
     "official_labels",
+    "published_benchmark",
 ]
 
 
 @dataclass(frozen=True)
 class Layout:
     """A published layout: what it looks like (for --help and errors), where in a folder it is (`find`: the
-    folder it reads, or None), and how a split is read (`load(folder, split, benchmark)`)."""
+    folder it reads, or None), and how a split is read (`load(folder, split, benchmark)`). `tree`: a plain
+    class-folder tree or datasets copy, which an image-folder reader reads alike (the others carry annotation
+    files: read as an image folder they would be mislabelled, `published_benchmark`)."""
 
     name: str
     description: str
     find: Callable[[Path], Path | None]
     load: Callable[[Path, str, Benchmark], Dataset]
+    tree: bool = False
 
 
 def image_files(folder: Path) -> list[Path]:
@@ -73,6 +81,15 @@ def class_folders(folder: Path) -> list[Path]:
     """The sub-folders of `folder`, sorted by name."""
     with os.scandir(folder) as entries:
         return sorted((Path(e.path) for e in entries if e.is_dir()), key=lambda p: p.name)
+
+
+def folder_with(root: Path, required: Sequence[str], *places: str) -> Path | None:
+    """The first of `root` and `root/<place>` (the folders an archive extracts to) that holds every path of
+    `required`; None when none does."""
+    for base in (root, *(root / place for place in places)):
+        if all((base / name).exists() for name in required):
+            return base
+    return None
 
 
 def loadmat(path: Path) -> dict[str, Any]:
@@ -259,7 +276,7 @@ def all_layouts() -> dict[str, Layout]:
     """Every layout by name (built on first use: the layout modules import this one)."""
     from hf_vrl.metrics.mmvp import load_mmvp_vlm
 
-    from . import captions, cub, fine_grained, imagenet, webdataset, wilds
+    from . import captions, cub, fine_grained, imagenet, packed, transfer, webdataset, wilds
 
     generic = [
         Layout(
@@ -267,6 +284,7 @@ def all_layouts() -> dict[str, Layout]:
             "<split>/<class>/<image> folders (class folders named as the publisher names them)",
             _find_split_folders,
             _load_split_folders,
+            tree=True,
         ),
         Layout(
             "hf",
@@ -274,6 +292,7 @@ def all_layouts() -> dict[str, Layout]:
             "ClassLabel",
             find_datasets_copy,
             _load_hf,
+            tree=True,
         ),
         Layout(
             "img2dataset",
@@ -296,6 +315,8 @@ def all_layouts() -> dict[str, Layout]:
         *fine_grained.LAYOUTS,
         *wilds.LAYOUTS,
         *captions.LAYOUTS,
+        *transfer.LAYOUTS,
+        *packed.LAYOUTS,
     ]
     return {layout.name: layout for layout in layouts}
 
@@ -321,16 +342,27 @@ def resolve(benchmark: Benchmark, source: str) -> tuple[Layout, Path | str]:
     folder = Path(target)
     if not folder.exists():
         raise UserError(f"{benchmark.title}: {folder} does not exist; expected {expected(benchmark)}")
-    names = (
-        [n for n in benchmark.layouts if n.endswith("folders")]
-        if prefix == "imagefolder"
-        else benchmark.layouts
-    )
+    copies = ("hf", "hf-captions")  # "imagefolder:" names a folder layout, not a datasets copy
+    names = [n for n in benchmark.layouts if prefix != "imagefolder" or n not in copies]
     for name in names:
         found = all_layouts()[name].find(folder)
         if found is not None:
             return all_layouts()[name], found
     raise UserError(f"{folder} is not a {benchmark.title} layout; expected {expected(benchmark)}")
+
+
+def published_benchmark(folder: Path) -> str | None:
+    """The classification benchmark whose publisher's annotated layout `folder` holds (the first in registry
+    order), None when it holds none: a folder given as an image folder (`imagefolder:` or a bare path) is read
+    as that benchmark, not as class folders that would mislabel it (WILDS' FMoW as one class "images")."""
+    for key, benchmark in BENCHMARKS.items():
+        if benchmark.task != "classification":
+            continue
+        for name in benchmark.layouts:
+            layout = all_layouts()[name]
+            if not layout.tree and layout.find(folder) is not None:
+                return key
+    return None
 
 
 def expected(benchmark: Benchmark) -> str:

@@ -20,6 +20,7 @@ import os
 import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from datasets import Dataset
@@ -57,9 +58,16 @@ def _check_split(split: str) -> None:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
 
 
-def _read_idx(path: Path, offset: int) -> np.ndarray:
-    with gzip.open(path, "rb") as f:
-        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
+def read_idx(path: Path) -> np.ndarray:
+    """An unsigned-byte idx file (LeCun's MNIST format, gzipped or not) as an array of the shape its header
+    gives: two zero bytes, the type 0x08, the number of dimensions, then each size as a big-endian int32."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if data[:3] != b"\x00\x00\x08":
+        raise ValueError(f"{path} is not an unsigned-byte idx file")
+    shape = np.frombuffer(data, dtype=">i4", count=data[3], offset=4)
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * data[3]).reshape(shape)
 
 
 def fashion_mnist_arrays(split: str, root: str | Path = FASHION_MNIST_DIR) -> tuple[np.ndarray, np.ndarray]:
@@ -74,7 +82,7 @@ def fashion_mnist_arrays(split: str, root: str | Path = FASHION_MNIST_DIR) -> tu
             "Install it with `sudo apt-get install dataset-fashion-mnist`, or point HF_VRL_FASHION_MNIST (or "
             "root=) at the folder holding the four idx .gz files."
         )
-    return _read_idx(images_path, 16).reshape(-1, 28, 28), _read_idx(labels_path, 8).astype(np.int64)
+    return read_idx(images_path), read_idx(labels_path).astype(np.int64)
 
 
 try:
@@ -99,9 +107,15 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
         return {"_reconstruct": _reconstruct, "ndarray": np.ndarray, "dtype": np.dtype}[name]
 
 
+def load_safe_pickle(data: bytes, encoding: str = "ASCII") -> Any:
+    """A pickle of built-in containers and numpy arrays (CIFAR's batches: `encoding="latin1"` reads their
+    Python 2 strings), refusing every global other than numpy's array rebuilders: no code runs."""
+    return _NumpyOnlyUnpickler(io.BytesIO(data), encoding=encoding).load()
+
+
 def load_numpy_pickle(data: bytes) -> np.ndarray:
     """A numpy array from pickle bytes, refusing every global other than numpy's array rebuilders."""
-    array = _NumpyOnlyUnpickler(io.BytesIO(data)).load()
+    array = load_safe_pickle(data)
     if not isinstance(array, np.ndarray) or array.dtype == object:
         raise pickle.UnpicklingError(f"expected a numeric numpy array, got {type(array).__name__}")
     return array

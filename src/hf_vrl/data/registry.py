@@ -9,8 +9,10 @@ models instead, as zero-shot tables and probes score them), "<benchmark>:<root>"
 published layout, `layouts.py`; "cc3m:<img2dataset folder>" streams its shards), "webdataset:<glob>"
 (also "parquet:<glob>", "csv:<glob>": image-path tables; these always stream and ignore `split`: point
 the glob at the split's files), "imagefolder:<dir>",
-"hf:<name or path>". A bare path is recognised: a CUB folder, a .tar/.parquet/.csv/.tsv file or glob, a
-`save_to_disk` folder, else an image folder.
+"hf:<name or path>". A bare path is recognised: a .tar/.parquet/.csv/.tsv file or glob, a folder holding a
+benchmark's annotated layout (read as that benchmark, `hf_vrl.data.layouts.published_benchmark`: CUB, WILDS'
+FMoW, Flowers-102's .mat files, ...; an `imagefolder:` folder too, which read as class folders would be
+mislabelled), a folder of .tar shards, a `save_to_disk` folder, else an image folder.
 """
 
 from __future__ import annotations
@@ -74,14 +76,20 @@ def _detect(path: str) -> str:
             f"unknown dataset {path!r}: not a registered name ({', '.join(NAMED)}), not 'prefix:target' "
             f"({', '.join(PREFIXES)}), and no such path"
         )
-    try:
-        cub.find_cub_root(folder)
-        return "cub"
-    except FileNotFoundError:
-        pass
+    from .layouts import published_benchmark
+
     if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
         return "hf"
-    return "imagefolder"
+    if folder.is_dir() and any(folder.glob("*.tar")):
+        return "webdataset"
+    return published_benchmark(folder) or "imagefolder"
+
+
+def _published(prefix: str, target: str) -> str:
+    """`prefix`, or for "imagefolder:" a folder holding a benchmark's annotated layout, that benchmark's."""
+    from .layouts import published_benchmark
+
+    return (prefix == "imagefolder" and published_benchmark(Path(target))) or prefix
 
 
 def load_dataset_by_name(
@@ -107,8 +115,8 @@ def load_dataset_by_name(
         ds = NAMED[name](split, limit=limit, seed=seed, image_size=image_size, **kwargs)
         return ds.to_iterable_dataset() if streaming else ds
     prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
-    prefix = prefix or _detect(os.path.expanduser(target))
     target = os.path.expanduser(target)
+    prefix = _published(prefix, target) if prefix else _detect(target)
     common: dict[str, Any] = {"limit": limit, "seed": seed}
     if sample_filter is not None:
         common["sample_filter"] = sample_filter
@@ -127,10 +135,9 @@ def load_dataset_by_name(
         key, level = LEVEL_PREFIXES.get(prefix, (prefix, None))
         return subset(load_benchmark(key, target, split, level=level, **kwargs)[0], limit, seed)
     if prefix == "cc3m":
-        from .layouts import all_layouts
+        from .layouts import resolve
 
-        if all_layouts()["img2dataset"].find(Path(target)) is None:
-            raise FileNotFoundError(f"cc3m:{target}: not a folder of img2dataset .tar shards")
+        resolve(BENCHMARKS["cc3m"], target)  # img2dataset's folder (a UserError names it otherwise)
         return _stream(target, **common, **(stream_options or {}), **kwargs)
     if prefix in ("webdataset", "parquet", "csv"):
         return _stream(target, **common, **(stream_options or {}), **kwargs)
@@ -152,12 +159,12 @@ def check_dataset_name(name: str, what: str = "--dataset") -> None:
         prefix = prefix or _detect(target)
         if prefix in ("webdataset", "parquet", "csv"):
             webdataset.resolve_files(target)
-        elif prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES):
+        elif prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES, "cc3m"):
             from .layouts import resolve
 
             key = LEVEL_PREFIXES.get(prefix, (prefix,))[0]
             resolve(BENCHMARKS[key], target)  # the layout is there (a UserError names the expected one)
-        elif prefix in (*HIERARCHIES, "cc3m", "imagefolder") and not Path(target).is_dir():
+        elif prefix in (*HIERARCHIES, "imagefolder") and not Path(target).is_dir():
             raise FileNotFoundError("no such folder")
         elif prefix == "hf" and target.startswith(("/", ".", "~")) and not Path(target).exists():
             raise FileNotFoundError("no such folder")

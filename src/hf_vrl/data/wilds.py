@@ -5,7 +5,9 @@
   `images/rgb_img_<row>.png`. WILDS' official splits ("time_after_2016"): OOD test = the original test rows
   from 2016 on, OOD val = the original val rows of 2013-2015, and train / id_val / id_test = the original
   train / val / test rows before 2013; `seq` rows are never used. `region` is WILDS': the country code's
-  region, "Other" where the mapping has none (worst-region accuracy leaves "Other" out).
+  region, "Other" where the mapping has none (worst-region accuracy leaves "Other" out). An image folder with
+  WILDS' metadata saved as `metadata.csv` (a `file_name` column, where it has one, names each image) and the
+  mapping beside it reads the same; without the mapping it is refused in one line (no regions).
 - iWildCam (`iwildcam_v2.0/`): `metadata.csv` (`split` in train / val / test / id_val / id_test, `filename`,
   `y`, `location_remapped`) and `train/<filename>` (every split's images are in train/).
 
@@ -24,9 +26,11 @@ from datasets import Dataset, Value
 from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
-from .layouts import Layout, lazy_dataset
+from .layouts import Layout, folder_with, lazy_dataset
 
-FMOW_FILES = ("rgb_metadata.csv", "country_code_mapping.csv")
+FMOW_METADATA = ("rgb_metadata.csv", "metadata.csv")  # WILDS' name, then an image folder's
+FMOW_COLUMNS = {"split", "category", "country_code", "timestamp"}
+REGION_MAPPING = "country_code_mapping.csv"
 OOD_TEST_FROM, OOD_VAL_FROM = 2016, 2013  # WILDS' "time_after_2016" and its three years before
 OTHER_REGION = "Other"
 
@@ -34,13 +38,6 @@ OTHER_REGION = "Other"
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
-
-
-def _find(root: Path, folder: str, required: tuple[str, ...]) -> Path | None:
-    for base in (root, root / folder):
-        if all((base / name).is_file() for name in required):
-            return base
-    return None
 
 
 def _utc(timestamp: str) -> datetime:
@@ -61,20 +58,39 @@ def fmow_split(row: dict[str, str]) -> str | None:
     return "train" if original == "train" and not (ood_test or ood_val) else None
 
 
+def fmow_metadata(folder: Path) -> Path | None:
+    """WILDS' FMoW metadata in `folder`: rgb_metadata.csv, or a metadata.csv with its columns."""
+    for name in FMOW_METADATA:
+        path = folder / name
+        if path.is_file():
+            with path.open(newline="", encoding="utf-8") as f:
+                if FMOW_COLUMNS <= set(next(csv.reader(f), [])):
+                    return path
+    return None
+
+
+def _find_fmow(root: Path) -> Path | None:
+    return next((base for base in (root, root / "fmow_v1.1") if fmow_metadata(base) is not None), None)
+
+
 def load_fmow(root: Path, split: str, benchmark: Benchmark) -> Dataset:
     """FMoW's WILDS `split` (train, id_val, id_test, val, test) with its `region` column."""
-    regions = {row["alpha-3"]: row["region"] for row in _rows(root / "country_code_mapping.csv")}
+    metadata = fmow_metadata(root)
+    if not (root / REGION_MAPPING).is_file():
+        raise UserError(
+            f"FMoW at {root}: {metadata.name} needs WILDS' {REGION_MAPPING} beside it (country code -> "
+            "region; it ships in fmow_v1.1/)"
+        )
+    regions = {row["alpha-3"]: row["region"] for row in _rows(root / REGION_MAPPING)}
     names = list(benchmark.class_names)
     index = {name: i for i, name in enumerate(names)}
     paths, labels, region = [], [], []
-    for number, row in enumerate(_rows(root / "rgb_metadata.csv")):
+    for number, row in enumerate(_rows(metadata)):
         if fmow_split(row) != split:
             continue
         if row["category"] not in index:
-            raise UserError(
-                f"{root}/rgb_metadata.csv row {number}: {row['category']!r} is not an FMoW category"
-            )
-        path = root / "images" / f"rgb_img_{number}.png"
+            raise UserError(f"{metadata} row {number}: {row['category']!r} is not an FMoW category")
+        path = root / (row.get("file_name") or f"images/rgb_img_{number}.png")
         if path.is_file():
             paths.append(path)
             labels.append(index[row["category"]])
@@ -109,13 +125,13 @@ LAYOUTS = (
     Layout(
         "wilds-fmow",
         "WILDS' fmow_v1.1/ (rgb_metadata.csv, country_code_mapping.csv, images/rgb_img_<i>.png)",
-        lambda root: _find(root, "fmow_v1.1", FMOW_FILES),
+        _find_fmow,
         load_fmow,
     ),
     Layout(
         "wilds-iwildcam",
         "WILDS' iwildcam_v2.0/ (metadata.csv, train/<filename>)",
-        lambda root: _find(root, "iwildcam_v2.0", ("metadata.csv",)),
+        lambda root: folder_with(root, ("metadata.csv",), "iwildcam_v2.0"),
         load_iwildcam,
     ),
 )

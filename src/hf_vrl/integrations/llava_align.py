@@ -1,7 +1,7 @@
 """`hf-vrl llava-align`: relearn LLaVA's projector for a new vision tower (LLaVA's stage 1, with trl).
 
     hf-vrl llava-align --llava llava-hf/llava-1.5-7b-hf --vision runs/diffclip/vision-tower \\
-        --dataset "webdataset:/data/cc3m/{00000..00331}.tar" --max-steps 2200 --output runs/llava-diffclip
+        --dataset cc3m:/data/cc3m --max-steps 2200 --output runs/llava-diffclip
 
 Stage 1 of LLaVA (feature alignment): the vision tower and the language model stay frozen and only
 `multi_modal_projector` learns to caption image–caption pairs; the loss is the caption's next-token loss, the

@@ -114,8 +114,8 @@ class DataConfig:
     dataset: str | None = setting(
         None,
         "training data: a registry name or path (shapes, fashion_mnist, animal_mnist, digits, "
-        "webdataset:<glob or {00000..00331}.tar>, parquet:<glob>, csv:<glob>, cub:<root>, imagefolder:<dir>, "
-        "hf:<name>)",
+        "cc3m:<img2dataset folder>, webdataset:<glob or brace pattern>, parquet:<glob>, csv:<glob>, "
+        "<benchmark>:<folder> (cub, imagenet, fmow, ...), imagefolder:<dir>, hf:<name>)",
     )
     split: str = setting("train", "training split")
     train_limit: int | None = setting(None, "use at most this many training samples", check=at_least(1))

@@ -127,7 +127,7 @@ class DiVESettings:
     reference_dataset: str | list[str] | None = setting(
         None,
         "reference image-caption set: a hf_vrl.data registry name or path, or a list of them (concatenated) "
-        "(paper: CC3M, e.g. webdataset:/data/cc3m/{00000..00331}.tar; COCO or Flickr captions work too). "
+        "(paper: CC3M, cc3m:<img2dataset folder>; COCO or Flickr captions work too). "
         "Needed by every objective but flyp",
     )
     reference_split: str = setting("train", "split of the reference set")
@@ -298,7 +298,7 @@ class DiVESettings:
         if self.uses_reference and not self.reference_dataset:
             return [
                 f"dive.reference_dataset: objective {self.objective!r} needs a reference image-caption "
-                "set (the paper uses CC3M shards: webdataset:/path/cc3m/{00000..00331}.tar); or use "
+                "set (the paper uses CC3M: cc3m:<img2dataset folder>); or use "
                 "objective flyp"
             ]
         return []
