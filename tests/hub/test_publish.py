@@ -20,7 +20,7 @@ CLUE_FIGURES = ("figures/part_maps.png", "figures/gradcam.png")  # Fig. 6 and Fi
 EXPECTED = {
     ("diffclip", "final"): {
         "config.json", "model.safetensors", "configuration_diffclip.py", "modeling_diffclip.py",
-        "figures/attention.png", "processor_config.json", *PROCESSOR, *TOKENIZER, *RECORD,
+        "differential_attention.py", "figures/attention.png", "processor_config.json", *PROCESSOR, *TOKENIZER, *RECORD,
     },
     ("dcr", "final"): {"config.json", "model.safetensors", *PROCESSOR, *TOKENIZER, *RECORD},
     ("dcr", "vision-tower"): {"config.json", "model.safetensors", *PROCESSOR, *RECORD},
@@ -157,7 +157,7 @@ def test_an_hf_vrl_model_saved_without_its_code_gets_it(diffclip_run, tmp_path, 
     config = json.loads(config_file.read_text())
     del config["auto_map"]
     config_file.write_text(json.dumps(config))
-    for name in ("configuration_diffclip.py", "modeling_diffclip.py"):
+    for name in ("configuration_diffclip.py", "modeling_diffclip.py", "differential_attention.py"):
         (run / "final" / name).unlink()
     publish(run, "me/x", api=hub.api)
     assert hub.files("me/x") == EXPECTED["diffclip", "final"]
@@ -168,6 +168,15 @@ def test_an_hf_vrl_model_saved_without_its_code_gets_it(diffclip_run, tmp_path, 
     }  # fmt: skip
     assert uploaded == config and json.loads(config_file.read_text()) == config  # the run is untouched
     assert "custom_code" in ModelCard.load(hub.repo("me/x") / "README.md").data.tags
+
+
+def test_a_model_folder_without_a_file_its_code_imports_gets_the_code(diffclip_run, tmp_path, hub):
+    """modeling_diffclip.py imports .differential_attention: a folder without that file cannot load remote."""
+    run = _copy(diffclip_run, tmp_path)
+    (run / "final/differential_attention.py").unlink()
+    publish(run, "me/x", api=hub.api)
+    assert hub.files("me/x") == EXPECTED["diffclip", "final"]
+    assert not (run / "final/differential_attention.py").exists()  # the run is untouched
 
 
 def test_card_metadata_overrides(dcr_run, hub):

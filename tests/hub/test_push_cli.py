@@ -20,13 +20,14 @@ def test_dry_run_stages_and_lists_the_upload_without_a_client(diffclip_run, hub_
         "README.md",
         "model.safetensors",
         "modeling_diffclip.py",
+        "differential_attention.py",
         "figures/attention.png",
         "processor_config.json",
         "run/report.json",
     )
     for name in names:
         assert f"  {name} " in out and (stage / name).is_file()
-    assert "12 files" in out and f"staged in {stage}" in out and hub_client == []
+    assert "13 files" in out and f"staged in {stage}" in out and hub_client == []
 
 
 def test_staging_dir_needs_dry_run(diffclip_run, hub_client, tmp_path, capsys):

@@ -360,9 +360,8 @@ def test_a_diffclip_llava_loads_with_remote_code_where_hf_vrl_is_not_installed(
     swap_vision_tower(llava, diffclip_tower())
     new_processor = llava_processor_for(llava, processor)
     out = save_llava(llava.eval(), tmp_path / "llava", new_processor)
-    assert {"configuration_diffclip.py", "modeling_diffclip.py", "llava_remote_tower.py"} <= set(
-        os.listdir(out)
-    )
+    code = {"configuration_diffclip.py", "modeling_diffclip.py", "differential_attention.py"}
+    assert {*code, "llava_remote_tower.py"} <= set(os.listdir(out))
 
     image_paths = [tmp_path / f"image{i}.png" for i in range(2)]
     for image, path in zip(shapes["image"][:2], image_paths):

@@ -5,8 +5,11 @@ the model's own rule, and compose its configuration from sub-configs as transfor
 
 from __future__ import annotations
 
+import ast
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +26,7 @@ from transformers import (
     ViTConfig,
 )
 
+import hf_vrl.models
 from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.models.clue import CLUEConfig, CLUEModel
 from hf_vrl.models.dcr import DCRConfig, DCRModel
@@ -313,3 +317,21 @@ def test_diffclip_composes_from_tower_configs_as_clip_does():
 def test_configs_compose_from_sub_config_objects_and_round_trip(build):
     config = build()
     assert type(config).from_dict(config.to_dict()).to_dict() == config.to_dict()
+
+
+HUB_IMPORTS = {"torch", "transformers", "triton"} | set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize(
+    "file", sorted(Path(hf_vrl.models.__file__).parent.glob("*/*_*.py")), ids=lambda path: path.name
+)
+def test_hub_facing_files_import_only_torch_transformers_and_their_siblings(file):
+    """What `trust_remote_code` loads: no hf_vrl (not even inside a function), relative imports of sibling
+    files only (transformers copies those along; `from .. import` it cannot)."""
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.Import):
+            assert {alias.name.split(".")[0] for alias in node.names} <= HUB_IMPORTS, ast.unparse(node)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            assert node.level == 1 and (file.parent / f"{node.module}.py").is_file(), ast.unparse(node)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.module.split(".")[0] in HUB_IMPORTS, ast.unparse(node)
