@@ -3,8 +3,10 @@ head's class indexing and a tiny LP-FT run end to end; the ObjectNet border crop
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -226,3 +228,16 @@ def test_lp_ft_end_to_end(tmp_path):
         if name.startswith(("text_model.", "text_projection", "logit_scale")):
             assert torch.equal(a, b), name  # the text side never trains
     assert json.loads((out / "report.json").read_text()) == report
+
+
+def test_the_head_module_imports_nothing_of_the_evaluation_that_builds_on_it():
+    """evaluate.py imports head.py (HeadClassifier, text_classifier); head.py imports nothing of evaluate.py,
+    not even inside a function: no import circle."""
+    from hf_vrl.methods.dive import evaluate, head
+
+    def imported(module) -> set[str]:
+        tree = ast.parse(Path(module.__file__).read_text())
+        return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+
+    assert "hf_vrl.methods.dive.head" in imported(evaluate)
+    assert "hf_vrl.methods.dive.evaluate" not in imported(head)

@@ -31,8 +31,9 @@ from torch import nn
 
 from hf_vrl.devices import module_device
 from hf_vrl.errors import UserError
-from hf_vrl.evaluation import encode_images, encode_texts, evaluate_clip, imagenet_classes
-from hf_vrl.metrics import cb_zero_shot_accuracy, cb_zero_shot_classifier, fill_prompt
+from hf_vrl.evaluation import encode_images, evaluate_clip, imagenet_classes
+from hf_vrl.methods.dive.head import HeadClassifier, text_classifier
+from hf_vrl.metrics import cb_zero_shot_accuracy
 
 __all__ = [
     "ClassifySettings",
@@ -54,23 +55,6 @@ def flatten_report(report: Mapping[str, Any], tasks: Sequence[str]) -> dict[str,
         for name, value in report.get(task, {}).items()
         if isinstance(value, (int, float)) and not name.startswith("n_")
     }
-
-
-def text_classifier(
-    model: nn.Module,
-    tokenizer: Any,
-    class_names: Sequence[str],
-    templates: Sequence[Any],
-    fill: Any = str.format,
-    batch_size: int = 64,
-) -> torch.Tensor:
-    """The zero-shot classifier `[D, C]` of the class prompts, as `evaluate_clip` builds it (each distinct
-    prompt embedded once, clip_benchmark's class weights), so that both score alike."""
-    filled = [[fill_prompt(t, name, fill) for t in templates] for name in class_names]
-    distinct: dict[str, int] = {}
-    rows = [distinct.setdefault(p, len(distinct)) for block in filled for p in block]
-    flat = encode_texts(model, tokenizer, list(distinct), batch_size=batch_size)[rows]
-    return cb_zero_shot_classifier(torch.split(flat, [len(block) for block in filled]))
 
 
 def border_crop(image: Any, pixels: int) -> Any:
@@ -147,7 +131,6 @@ def _classified(
     from hf_vrl.data import prompts
     from hf_vrl.data.schema import class_names_of
     from hf_vrl.evaluation import zero_shot_prompts
-    from hf_vrl.methods.dive.head import HeadClassifier
 
     dataset_name = dataset_name or getattr(getattr(dataset, "info", None), "dataset_name", None)
     labels = np.asarray(dataset["label"][:], dtype=np.int64)
@@ -257,8 +240,6 @@ def evaluate_dive(
     replaced by `batch_size`).
     """
     from dataclasses import replace
-
-    from hf_vrl.methods.dive.head import HeadClassifier
 
     settings = replace(settings or ClassifySettings(), batch_size=batch_size)
     encoder = model.encoder if isinstance(model, HeadClassifier) else model
