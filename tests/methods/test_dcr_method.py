@@ -67,7 +67,7 @@ def test_final_is_the_base_clip_with_the_enhanced_tower(both, inputs):
     x = torch.rand(2, 3, 16, 16)
     with torch.no_grad():  # the image side is the enhanced one, the text side the original
         torch.testing.assert_close(
-            final.get_image_features(pixel_values=x).pooler_output, merged.get_image_features(x)
+            final.get_image_features(pixel_values=x).pooler_output, merged.get_image_features(x).pooler_output
         )
         ids = torch.tensor([[0, 5, 1]])
         torch.testing.assert_close(

@@ -29,7 +29,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
-from transformers.utils import ModelOutput, TransformersKwargs, torch_int
+from transformers.utils import ModelOutput, TransformersKwargs, logging, torch_int
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_diffclip import (
@@ -46,6 +46,8 @@ from .differential_attention import (
     eager_differential_attention_forward,
     kernel_differential_attention_forward,
 )
+
+logger = logging.get_logger(__name__)
 
 # Compatibility with transformers 4.57 to 5.x (the configuration file refuses older versions), in one place:
 try:  # transformers >= 5: initialisers that leave weights loaded from a checkpoint alone
@@ -563,7 +565,8 @@ class DiffCLIPTextModel(DiffCLIPPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
-        """`pooler_output` is the final-LayerNorm state at the first EOS token (CLIP's pooling)."""
+        """`pooler_output` is the final-LayerNorm state at the first EOS token (CLIP's pooling; a text without
+        one is pooled at its first position, as CLIP does, with a warning)."""
         if input_ids is None:
             raise ValueError("You have to specify input_ids")
         input_ids = input_ids.view(-1, input_ids.shape[-1])
@@ -579,9 +582,10 @@ class DiffCLIPTextModel(DiffCLIPPreTrainedModel):
         else:
             is_eos = ids == self.eos_token_id
             if not torch.compiler.is_compiling() and not is_eos.any(dim=-1).all():
-                raise ValueError(
-                    f"A text has no EOS token (id {self.eos_token_id}), where the text embedding is pooled: "
-                    "set text_config.eos_token_id to your tokenizer's EOS id and keep EOS when truncating."
+                logger.warning_once(
+                    f"A text has no EOS token (id {self.eos_token_id}), where the text embedding is pooled; "
+                    "it is pooled at its first token, as CLIP does. Set text_config.eos_token_id to your "
+                    "tokenizer's EOS id and keep EOS when truncating."
                 )
             eos_positions = is_eos.int().argmax(dim=-1)
         batch_index = torch.arange(last_hidden_state.shape[0], device=last_hidden_state.device)
