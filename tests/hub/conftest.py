@@ -1,4 +1,5 @@
-"""Real tiny runs to publish (one of each method, trained by the project's own commands)
+"""Real tiny runs to publish (one of each method, trained by the project's own commands; DiffCLIP, DCR and
+DiVE evaluated on Fashion-MNIST, which is on the Hub, CLUE on the shapes world, which is not)
 and an autospec'd `HfApi` standing in for the Hub: it records every call and keeps what `upload_folder` was
 given (the staging folder is gone after the call)."""
 
@@ -22,7 +23,10 @@ from hf_vrl.presets import preset_path
 @pytest.fixture(scope="session")
 def diffclip_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("diffclip") / "run"
-    hf_vrl.train("diffclip", output_dir=str(out), max_steps=2, train_limit=32, batch_size=8, eval_limit=16)
+    hf_vrl.train(
+        "diffclip", output_dir=str(out), max_steps=2, train_limit=32, batch_size=8, eval_limit=16,
+        eval_dataset="fashion_mnist",  # on the Hub: the model-index records it
+    )  # fmt: skip
     return out
 
 
@@ -39,6 +43,7 @@ def dcr_run(tmp_path_factory) -> Path:
     tiny = dict(
         clip=str(root / "clip"), clip_pretrain_steps=0, diffusion=str(sd), batch_size=3, train_limit=12,
         eval_limit=30, stage1_steps=2, max_steps=2, save_steps=1, logging_steps=1, lora_r=4,
+        eval_dataset="fashion_mnist",  # on the Hub: the model-index records the clustering scores on it
     )  # fmt: skip
     hf_vrl.train("dcr", output_dir=str(root / "run"), **tiny)
     return root / "run"

@@ -20,7 +20,8 @@ CLUE_FIGURES = ("figures/part_maps.png", "figures/gradcam.png")  # Fig. 6 and Fi
 EXPECTED = {
     ("diffclip", "final"): {
         "config.json", "model.safetensors", "configuration_diffclip.py", "modeling_diffclip.py",
-        "differential_attention.py", "figures/attention.png", "processor_config.json", *PROCESSOR, *TOKENIZER, *RECORD,
+        "differential_attention.py", "figures/attention.png", "processor_config.json", *PROCESSOR, *TOKENIZER,
+        *RECORD,
     },
     ("dcr", "final"): {"config.json", "model.safetensors", *PROCESSOR, *TOKENIZER, *RECORD},
     ("dcr", "vision-tower"): {"config.json", "model.safetensors", *PROCESSOR, *RECORD},

@@ -52,10 +52,23 @@ def test_the_common_layout_and_report(run):
     for stage in ("before", "after"):
         section = report[stage]
         assert set(section) == {"zero_shot", "ood", "transfer", "rsa"}
-        assert set(section["ood"]) == {"top1", "inverted", "blurred", "recoloured"}
-        assert set(section["transfer"]) == {"top1", "held-out classes", "shapes"}
+        assert set(section["ood"]) == {"top1", "inverted", "blurred", "recoloured", "data"}
+        assert set(section["transfer"]) == {"top1", "held-out classes", "shapes", "data"}
         assert 0.0 <= section["zero_shot"]["top1"] <= 1.0
-    assert report["before"]["rsa"] == pytest.approx({"image": 1.0, "text": 1.0})  # the model against itself
+    # each number's data: the ID classes of the evaluation rows, the shifts of those, the held-out classes,
+    # the named sets, RSA's own set and limit
+    after, fashion = report["after"], {"dataset": "fashion_mnist", "split": "test", "limit": 40, "seed": 0}
+    classes = ["t-shirt/top", "pullover", "dress", "coat", "shirt"]
+    assert after["zero_shot"]["data"] == {**fashion, "classes": classes, "n_samples": 20}
+    for shift in ("inverted", "blurred", "recoloured"):
+        assert after["ood"]["data"][shift] == {**after["zero_shot"]["data"], "transform": shift}
+    held_out = after["transfer"]["data"]["held-out classes"]
+    assert held_out["classes"] == ["trouser", "sandal", "sneaker", "bag", "ankle boot"]
+    shapes = {"dataset": "shapes", "split": "test", "seed": 0}
+    assert after["transfer"]["data"]["shapes"] == {**shapes, "limit": 40, "n_samples": 40}
+    assert after["rsa"]["data"] == {**shapes, "limit": 12, "n_samples": 12}
+    rsa = {key: report["before"]["rsa"][key] for key in ("image", "text")}
+    assert rsa == pytest.approx({"image": 1.0, "text": 1.0})  # the model against itself
     assert report["after"]["rsa"]["image"] < 1.0  # training moved it
     assert set(report["outputs"]) == {"final", "vision_tower", "wise_ft"}
 

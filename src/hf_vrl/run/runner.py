@@ -118,6 +118,16 @@ class Run:
         )
         return materialise(loaded, settings.eval_limit, "evaluation")
 
+    def eval_record(self, rows: Any, dataset: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The `data_record` of evaluation `rows` drawn from `dataset` (default `eval.eval_dataset`) as
+        `eval_data` loads it; `kwargs` (classes, labels, transform) say how the rows were changed since."""
+        from hf_vrl.evaluation import data_record
+
+        settings = self.config.eval
+        name = dataset or settings.eval_dataset
+        split, limit = settings.eval_split, settings.eval_limit
+        return data_record(name, split, rows, limit=limit, seed=self.config.seed, **kwargs)
+
     # -- training --------------------------------------------------------------------------------------------
 
     def precision(self) -> str:
@@ -199,6 +209,7 @@ class Run:
 
     def record_stage(self, stage: str, trainer: Any, output: Any) -> None:
         """Keep a stage's training figures (steps, runtime, throughput) for the report."""
+        from hf_vrl.devices import describe_hardware
         from hf_vrl.trainer import TrainingClock
 
         metrics = getattr(output, "metrics", {}) or {}
@@ -210,6 +221,7 @@ class Run:
             "steps": int(trainer.state.global_step),
             "runtime_s": round(max(total, runtime), 2),
             "samples_per_s": round(samples_per_s, 2),
+            "hardware": describe_hardware(self.world_size),
         }
 
 

@@ -460,6 +460,8 @@ class DCRMethod(Method):
             return self._evaluation
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+        from hf_vrl.evaluation import data_record
+
         dataset = self.run.eval_data(image_size=self.image_size)
         mmvp = self.config.dcr.mmvp
         pairs = None
@@ -476,6 +478,8 @@ class DCRMethod(Method):
         self._evaluation = {
             "dataset": dataset,
             "pairs": pairs,
+            "data": self.run.eval_record(dataset),
+            "pairs_data": None if pairs is None else data_record(mmvp, None, pairs),
             "clip": clip.to(self.run.device) if clip is not None else None,
             "image_processor": self._processor() if text_side else None,
             "tokenizer": AutoTokenizer.from_pretrained(self.clip) if text_side else None,
