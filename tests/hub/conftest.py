@@ -9,9 +9,11 @@ import shutil
 from pathlib import Path
 from unittest.mock import create_autospec
 
+import httpx2
 import huggingface_hub
 import pytest
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
+from huggingface_hub.errors import RepositoryNotFoundError
 from transformers import AutoTokenizer, CLIPImageProcessor
 
 import hf_vrl
@@ -86,6 +88,15 @@ class FakeHub:
         self.api.file_exists.side_effect = lambda repo_id, filename, **_: (
             self.root / repo_id / filename
         ).is_file()
+        # the token: a write token of user "me" (member of nothing); `auth_check` answers as the Hub does
+        self.api.whoami.return_value = {"name": "me", "orgs": [], "auth": {"accessToken": {"role": "write"}}}
+        self.api.auth_check.side_effect = self._auth_check
+
+    def _auth_check(self, repo_id: str, **_) -> None:
+        if not self.repo(repo_id).is_dir():
+            raise RepositoryNotFoundError(
+                "404", response=hub_response(404, f"api/models/{repo_id}/auth-check")
+            )
 
     def _upload(self, *, repo_id: str, folder_path: str, **_) -> CommitInfo:
         shutil.copytree(folder_path, self.root / repo_id, dirs_exist_ok=True)  # links copied as files
@@ -102,6 +113,11 @@ class FakeHub:
     @property
     def calls(self) -> list[str]:
         return [name for name, _, _ in self.api.method_calls]
+
+
+def hub_response(status: int, path: str) -> httpx2.Response:
+    """The HTTP answer the Hub gives with `status` (for the errors huggingface_hub raises)."""
+    return httpx2.Response(status, request=httpx2.Request("GET", f"https://huggingface.co/{path}"))
 
 
 @pytest.fixture

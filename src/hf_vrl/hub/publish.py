@@ -27,7 +27,7 @@ from hf_vrl.hub.data_names import is_hub_id, without_paths
 from hf_vrl.hub.folder import CONVERSION_RECORD, ModelFolder
 from hf_vrl.hub.remote_code import write_remote_code
 
-__all__ = ["CARD", "RUN_RECORD", "Publication", "check_repo_id", "publish"]
+__all__ = ["CARD", "RUN_RECORD", "Publication", "check_repo_id", "check_write_access", "publish"]
 
 CARD = "README.md"
 RUN_RECORD = "run"  # run/config.json, run/report.json in the repo
@@ -130,6 +130,61 @@ def check_repo_id(repo_id: str) -> None:
         raise UserError(f"{repo_id!r} is not a valid Hub repo id: {error}") from None
     if "/" not in repo_id:
         raise UserError(f"give the full repo id, owner/name (e.g. your-name/{repo_id}), not {repo_id!r}")
+
+
+ORG_ROLES_THAT_CREATE = frozenset(
+    {"admin", "write", "contributor"}
+)  # Hub organisation roles that create repos
+
+
+def check_write_access(repo_id: str, api: Any = None) -> None:
+    """That the token of `api` (default: the environment's) can write to `repo_id`, before anything is
+    trained or staged: the Hub's write check of the repo where it exists, else the token's rights on the
+    namespace the repo would be created in (`whoami`: a write token of the user, or of an organisation where
+    the user may create repos; a fine-grained token with `repo.write` on it). A one-line UserError
+    otherwise."""
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    api = api or _default_api(None)
+    try:
+        identity = api.whoami()
+    except HfHubHTTPError as error:
+        status = getattr(error.response, "status_code", "no answer")
+        raise UserError(
+            f"the Hub refused the token ({status}): log in again (hf auth login) or set a valid HF_TOKEN"
+        ) from None
+    user = identity.get("name", "this token")
+    try:
+        api.auth_check(repo_id, write=True)
+        return
+    except RepositoryNotFoundError:
+        pass  # not there (or not visible to the token): it is created in its namespace
+    except HfHubHTTPError:
+        raise UserError(
+            f"{user}'s token cannot write to {repo_id}: use a token with write access to it (hf auth login)"
+        ) from None
+    namespace = repo_id.split("/")[0]
+    if not _can_create_in(identity, namespace):
+        raise UserError(
+            f"{user}'s token cannot create {repo_id} in {namespace!r}: a write token of {namespace!r} (or a "
+            "fine-grained one with repo.write there) is needed, or give a repo id in your own namespace"
+        )
+
+
+def _can_create_in(identity: dict[str, Any], namespace: str) -> bool:
+    """Whether the `whoami` answer allows creating a repo in `namespace`."""
+    orgs = {org.get("name"): org.get("roleInOrg") for org in identity.get("orgs") or []}
+    if namespace != identity.get("name") and orgs.get(namespace) not in ORG_ROLES_THAT_CREATE:
+        return False
+    token = (identity.get("auth") or {}).get("accessToken") or {}
+    if token.get("role") == "fineGrained":
+        scoped = (token.get("fineGrained") or {}).get("scoped") or []
+        return any(
+            (grant.get("entity") or {}).get("name") == namespace
+            and "repo.write" in grant.get("permissions", [])
+            for grant in scoped
+        )
+    return token.get("role") == "write"
 
 
 def _default_api(token: str | None) -> Any:

@@ -28,6 +28,7 @@ from hf_vrl.run import fsdp, preflight
 from hf_vrl.run.config import RunConfig
 from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
 from hf_vrl.run.layout import RunDir, RunLock, atomic_dir, atomic_write_json, last_complete_checkpoint
+from hf_vrl.run.report import log_evaluation
 from hf_vrl.run.signals import handle_signals, saving_on_signal
 
 logger = logging.getLogger("hf_vrl.run")
@@ -459,6 +460,10 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
                 report["after"] = after
         report["outputs"] = {"final": str(out.final), **_finish(method, model)}
         _write_report(run, report)
+        last = report["train"]["stages"].get(stages[-1], {}).get("steps", 0)  # evaluations to the loggers
+        log_evaluation(
+            report, (run.training_arguments(stages[0]), 0), (run.training_arguments(stages[-1]), last)
+        )
         if config.output.push_to_hub:
             _push(run)
     state.wait_for_everyone()
