@@ -6,6 +6,7 @@ given (the staging folder is gone after the call)."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from unittest.mock import create_autospec
 
@@ -20,6 +21,9 @@ import hf_vrl
 from hf_vrl.methods.dcr.diffusion import tiny_diffusion
 from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.presets import preset_path
+
+# tests/models/remote_code.py (fresh processes per release), tests/integrations/llava_helpers.py (tiny LLaVA)
+sys.path[:0] = [str(Path(__file__).parents[1] / folder) for folder in ("models", "integrations")]
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from huggingface_hub import ModelCard
 
 from hf_vrl.errors import UserError
 from hf_vrl.hub import publish
-from hf_vrl.hub.publish import MACHINE_STATE_FILES, _clean, _without_machine_state
+from hf_vrl.hub.publish import MACHINE_STATE_FILES, _clean, portable_json
 
 PROCESSOR = {"preprocessor_config.json"}
 TOKENIZER = {"tokenizer.json", "tokenizer_config.json"}
@@ -89,11 +89,13 @@ def test_uploads_exactly_the_model_its_processors_code_and_card_in_one_commit(ru
     assert publication.url == "https://huggingface.co/me/" + f"{method}-{what}/commit/0123abcd"
 
 
-def test_the_processor_of_an_export_without_one_is_the_runs(dcr_run, hub):
-    assert not (dcr_run / "exports/dcr-model/preprocessor_config.json").exists()
-    publish(dcr_run, "me/dcr-model", what="dcr-model", api=hub.api)
+def test_the_processor_of_an_export_without_one_is_the_runs(dcr_run, hub, tmp_path):
+    """An export written without its processor (by an hf_vrl before every export carried one)."""
+    run = _copy(dcr_run, tmp_path)
+    (run / "exports/dcr-model/preprocessor_config.json").unlink()
+    publish(run, "me/dcr-model", what="dcr-model", api=hub.api)
     uploaded = json.loads((hub.repo("me/dcr-model") / "preprocessor_config.json").read_text())
-    assert uploaded == json.loads((dcr_run / "final/preprocessor_config.json").read_text())
+    assert uploaded == json.loads((run / "final/preprocessor_config.json").read_text())
 
 
 def test_the_run_record_goes_up_without_local_paths(dcr_run, hub):
@@ -296,7 +298,7 @@ def test_staged_json_files_lose_machine_state_and_local_source_paths(tmp_path):
     staged = tmp_path / "staged" / "config.json"
     staged.parent.mkdir()
     staged.symlink_to(source)
-    _without_machine_state(staged)
+    portable_json(staged)
     assert not staged.is_symlink() and json.loads(source.read_text()) == saved  # the run is left alone
     assert json.loads(staged.read_text()) == {
         "backbone_config": {"_name_or_path": "", "model_type": "resnet"},

@@ -157,3 +157,18 @@ def test_a_validation_set_larger_than_the_data_is_a_user_error(tmp_path):
 def test_flyp_needs_no_reference_set():
     config = resolve(DiVERunConfig, preset(objective="flyp", reference_dataset=None))
     assert not config.dive.uses_reference
+
+
+def test_the_vision_tower_export_is_in_the_layout_every_supported_transformers_reads(run):
+    """Keys under `vision_model.`, as transformers 4.x and 5.0 read a CLIPVisionModel (5.17 and later save it
+    without: loaded there, the tower would be random); tests/hub/test_load_back.py loads it on each
+    release."""
+    from safetensors import safe_open
+    from transformers import CLIPVisionModel
+
+    out, _ = run
+    folder = out / "exports" / "vision-tower"
+    with safe_open(folder / "model.safetensors", "pt") as weights:
+        assert all(key.startswith("vision_model.") for key in weights.keys())
+    _, info = CLIPVisionModel.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]

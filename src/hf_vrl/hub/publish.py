@@ -27,7 +27,16 @@ from hf_vrl.hub.data_names import is_hub_id, without_paths
 from hf_vrl.hub.folder import CONVERSION_RECORD, ModelFolder
 from hf_vrl.hub.remote_code import write_remote_code
 
-__all__ = ["CARD", "RUN_RECORD", "Publication", "check_repo_id", "check_write_access", "publish"]
+__all__ = [
+    "CARD",
+    "RUN_RECORD",
+    "Publication",
+    "check_repo_id",
+    "check_write_access",
+    "portable_files",
+    "portable_json",
+    "publish",
+]
 
 CARD = "README.md"
 RUN_RECORD = "run"  # run/config.json, run/report.json in the repo
@@ -253,8 +262,7 @@ def _stage_model(target: Path, folder: ModelFolder) -> None:
     _link(files, target)
     if folder.needs_code:
         write_remote_code(folder.path, target)
-    for name in MACHINE_STATE_FILES:
-        _without_machine_state(target / name)
+    portable_files(target)
     record = target / CONVERSION_RECORD
     if record.is_file():  # the converted checkpoint's local path is the user's business
         data = json.loads(record.read_text())
@@ -265,12 +273,23 @@ def _stage_model(target: Path, folder: ModelFolder) -> None:
 # files whose saved values can describe the machine that saved them; keys (at any depth) left out of them
 MACHINE_STATE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json")
 MACHINE_STATE_KEYS = frozenset({"local_files_only", "is_local", "cache_dir", "token", "use_auth_token"})
+# transformers 5's generic tokenizer class, which 4.x does not know, by the name both resolve to it
+PORTABLE_TOKENIZER_CLASSES = {"TokenizersBackend": "PreTrainedTokenizerFast"}
 
 
-def _without_machine_state(file: Path) -> None:
-    """Replace the staged `file` (a link into the run) by a copy without what only meant something on the
-    machine that saved it: loading options (`local_files_only`, `is_local`, `cache_dir`, tokens) and
-    `_name_or_path` values that are local paths (a sub-config's source, e.g. CLUE's `runs/.../backbone`)."""
+def portable_files(folder: Path) -> None:
+    """The saved JSON files of a model folder (`MACHINE_STATE_FILES`) as every supported transformers loads
+    them, each rewritten by `portable_json` where needed."""
+    for name in MACHINE_STATE_FILES:
+        portable_json(Path(folder) / name)
+
+
+def portable_json(file: Path) -> None:
+    """Replace `file` (a file, or a staged link into the run: the run is left alone) by a copy without what
+    only meant something on the machine and the transformers that saved it: loading options
+    (`local_files_only`, `is_local`, `cache_dir`, tokens), `_name_or_path` values that are local paths (a
+    sub-config's source, e.g. CLUE's `runs/.../backbone`), and a tokenizer class only transformers 5 knows
+    (`PORTABLE_TOKENIZER_CLASSES`)."""
     if not file.is_file():
         return
     data = json.loads(file.read_text())
@@ -291,6 +310,8 @@ def _clean(value: Any) -> Any:
             continue
         if key == "_name_or_path" and isinstance(item, str) and item and not _hub_id(item):
             item = ""
+        if key == "tokenizer_class" and item in PORTABLE_TOKENIZER_CLASSES:
+            item = PORTABLE_TOKENIZER_CLASSES[item]
         cleaned[key] = _clean(item)
     return cleaned
 

@@ -417,12 +417,12 @@ class DCRMethod(Method):
         from hf_vrl.methods.dcr.export import export_base_model, export_vision_tower, merge_lora
 
         merged = merge_lora(model)
-        if self.stages() == ["stage1"]:
-            merged.save_pretrained(folder)
-            return
         processor = self._processor()
+        if self.stages() == ["stage1"]:
+            _save_with(merged, processor, folder)
+            return
         with atomic_dir(self.run.dir.exports / "dcr-model") as dcr_folder:
-            merged.save_pretrained(dcr_folder)
+            _save_with(merged, processor, dcr_folder)  # with its image processor, as the other folders
         with atomic_dir(self.run.dir.exports / "vision-tower") as tower_folder:
             export_vision_tower(merged, tower_folder, image_processor=processor)
         export_base_model(merged, self.clip, folder)
@@ -485,6 +485,13 @@ class DCRMethod(Method):
             "tokenizer": AutoTokenizer.from_pretrained(self.clip) if text_side else None,
         }
         return self._evaluation
+
+
+def _save_with(model: nn.Module, processor: Any, folder: Path) -> None:
+    """`model` and its image processor (where the CLIP has one) in `folder`."""
+    model.save_pretrained(folder)
+    if processor is not None:
+        processor.save_pretrained(folder)
 
 
 def _resolve(name: str) -> str:
