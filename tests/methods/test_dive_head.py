@@ -220,8 +220,8 @@ def test_lp_ft_end_to_end(tmp_path):
     assert any(probe.glob("checkpoint-*")) and (out / "final" / HEAD_FILE).is_file()
     for section in ("before", "after"):
         assert set(report[section]) == {"zero_shot", "ood", "transfer", "rsa"}
-        assert set(report[section]["zero_shot"]) == {"top1", "macro_f1"}
-        assert set(report[section]["ood"]) == {"top1", "inverted", "macro_f1", "inverted.macro_f1"}
+        assert set(report[section]["zero_shot"]) == {"top1", "macro_f1", "data"}  # data: what was scored
+        assert set(report[section]["ood"]) == {"top1", "inverted", "macro_f1", "inverted.macro_f1", "data"}
     final = CLIPModel.from_pretrained(out / "final")  # a plain CLIP; the head beside it
     pretrained = CLIPModel.from_pretrained(out / "inputs/pretrained")
     for (name, a), b in zip(final.state_dict().items(), pretrained.state_dict().values()):
