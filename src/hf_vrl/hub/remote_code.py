@@ -1,5 +1,6 @@
-"""The remote code of a published hf_vrl model: `configuration_<name>.py` / `modeling_<name>.py` (with the files
-they import relatively, such as DiffCLIP's `differential_attention.py`) and the `auto_map` that lets `AutoModel.from_pretrained(repo, trust_remote_code=True)` load it without hf_vrl.
+"""The remote code of a published hf_vrl model: `configuration_<name>.py` / `modeling_<name>.py` (with the
+files they import relatively, such as DiffCLIP's `differential_attention.py`) and the `auto_map` that lets
+`AutoModel.from_pretrained(repo, trust_remote_code=True)` load it without hf_vrl.
 
 `save_pretrained` writes both for hf_vrl's models (they call `register_for_auto_class`); `write_remote_code`
 supplies them for a folder saved without (an older hf_vrl, a model re-saved after a remote-code load).
@@ -32,8 +33,8 @@ def auto_map_modules(config: dict[str, Any]) -> set[str]:
 
 
 def code_files(path: Path, config: dict[str, Any]) -> set[str]:
-    """The module files the `auto_map` names and, recursively, those they import relatively (`from .x import`),
-    which transformers fetches with them."""
+    """The module files the `auto_map` names and, recursively, those they import relatively (`from .x
+    import`), which transformers fetches with them."""
     from transformers.dynamic_module_utils import get_relative_imports
 
     pending, found = sorted(auto_map_modules(config)), set()
