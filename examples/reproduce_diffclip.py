@@ -257,10 +257,10 @@ def load_any(path: str, tokenizer: str, device: str | None) -> tuple[Any, Any, A
         return load_model(path, device=device)
     from transformers import AutoTokenizer
 
+    from hf_vrl.methods.diffclip import from_official_checkpoint
     from hf_vrl.methods.diffclip.processors import slip_image_processor
-    from hf_vrl.models.diffclip import DiffCLIPModel
 
-    model = DiffCLIPModel.from_official_checkpoint(path)
+    model = from_official_checkpoint(path)
     if device:
         model.to(device)
     return model.eval(), slip_image_processor(), AutoTokenizer.from_pretrained(tokenizer)

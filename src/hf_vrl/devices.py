@@ -7,18 +7,27 @@ with the model they serve. Device and dtype are never assumed: they are read off
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["default_device", "module_device", "module_dtype", "to_device"]
+__all__ = ["default_device", "describe_hardware", "module_device", "module_dtype", "to_device"]
 
 
 def default_device() -> torch.device:
     """Where a command runs when the user names no device: CUDA when available, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def describe_hardware(processes: int = 1) -> str:
+    """What this run trains on, for its report and card: "2 × NVIDIA H100 80GB HBM3" (one device per process)
+    or "CPU (16 cores), 1 process"."""
+    if torch.cuda.is_available():
+        return f"{processes} × {torch.cuda.get_device_name()}"
+    return f"CPU ({os.cpu_count()} cores), {processes} process{'es' if processes > 1 else ''}"
 
 
 def module_device(module: nn.Module) -> torch.device:

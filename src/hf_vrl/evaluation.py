@@ -493,11 +493,46 @@ def headline(result: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)) or "done"
 
 
-def _run_tasks(
-    run: _Run, tasks: list[str], mmvp: Any, on_task_end: Callable[[dict[str, Any]], None] | None
+def data_record(
+    name: str | None,
+    split: str | None,
+    dataset: Any,
+    *,
+    limit: int | None = None,
+    seed: int | None = None,
+    classes: Sequence[str] | None = None,
+    labels: str | None = None,
+    transform: str | None = None,
 ) -> dict[str, Any]:
-    """The report: sizes, one entry per task that can run, MMVP, and `skipped` {task: reason}; logs each task
-    and hands the report so far to `on_task_end` after each."""
+    """What a report section records of the data its numbers were measured on (`"data"`; the model-index of
+    a run's card is read from it, `hf_vrl.hub.results`): the data as the run named it (a registry name,
+    `hf:<id>`, a path), its split and the samples scored, and where these are not the whole split how they
+    were drawn: loaded with `limit` (a seeded random subset of at most that many, `seed`; the whole split
+    where it is smaller), the `classes` kept, the label column scored when not `label`, a `transform` applied
+    to the images (DiVE's shifts)."""
+    record = {
+        "dataset": name,
+        "split": split,
+        "n_samples": len(dataset),
+        "limit": limit,
+        "seed": seed if limit is not None else None,
+        "classes": list(classes) if classes else None,
+        "labels": labels if labels != "label" else None,
+        "transform": transform,
+    }
+    return {key: value for key, value in record.items() if value is not None}
+
+
+def _run_tasks(
+    run: _Run,
+    tasks: list[str],
+    mmvp: Any,
+    on_task_end: Callable[[dict[str, Any]], None] | None,
+    data: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report: sizes, one entry per task that can run (with `data`, the record of the data it was
+    measured on, when given), MMVP, and `skipped` {task: reason}; logs each task and hands the report so far
+    to `on_task_end` after each."""
     report: dict[str, Any] = {"n_samples": len(run.dataset), "embedding_dim": int(run.image.shape[1])}
     report["tasks"] = tasks
     report["n_classes"] = None if run.labels is None else int(np.unique(run.labels).size)
@@ -514,6 +549,8 @@ def _run_tasks(
         logger.info("[%d/%d] %s ...", number, len(jobs), task)
         started = time.perf_counter()
         report[task] = fn(run)
+        if data is not None and task != "mmvp":
+            report[task]["data"] = dict(data)
         logger.info(
             "[%d/%d] %s: %s (%.1f s)",
             number,
@@ -545,6 +582,7 @@ def evaluate_clip(
     seed: int = 0,
     return_embeddings: bool = False,
     on_task_end: Callable[[dict[str, Any]], None] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
     """Run the metric suite on `dataset` (columns image, caption, label; optional fine_label) and return a
     JSON-able report: one sub-dict per task, plus `skipped` {task: reason} for tasks the inputs do not allow.
@@ -556,6 +594,7 @@ def evaluate_clip(
     (a pairs dataset or an MMVP-VLM directory) adds the MMVP score. Image metrics use L2-normalised embeddings
     except the linear probe, which sees raw features as in CLIP. Inputs go to the model's device and dtype
     (`device` moves the model first). `on_task_end(report)` is called after each task with the report so far.
+    `data` (`data_record` of `dataset`) is recorded in each task's section as `"data"`.
     With `return_embeddings`, also returns {"image", "labels", "class_names"} for figures.
     """
     from hf_vrl.data.schema import class_names_of
@@ -595,7 +634,7 @@ def evaluate_clip(
             batch_size=batch_size,
             seed=seed,
         )
-        report = _run_tasks(run, tasks, mmvp, on_task_end)
+        report = _run_tasks(run, tasks, mmvp, on_task_end, data)
     finally:
         model.train(was_training)
     if return_embeddings:

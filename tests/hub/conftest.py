@@ -1,16 +1,20 @@
-"""Real tiny runs to publish (one of each method, trained by the project's own commands)
+"""Real tiny runs to publish (one of each method, trained by the project's own commands; DiffCLIP, DCR and
+DiVE evaluated on Fashion-MNIST, which is on the Hub, CLUE on the shapes world, which is not)
 and an autospec'd `HfApi` standing in for the Hub: it records every call and keeps what `upload_folder` was
 given (the staging folder is gone after the call)."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from unittest.mock import create_autospec
 
+import httpx2
 import huggingface_hub
 import pytest
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
+from huggingface_hub.errors import RepositoryNotFoundError
 from transformers import AutoTokenizer, CLIPImageProcessor
 
 import hf_vrl
@@ -18,11 +22,17 @@ from hf_vrl.methods.dcr.diffusion import tiny_diffusion
 from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.presets import preset_path
 
+# tests/models/remote_code.py (fresh processes per release), tests/integrations/llava_helpers.py (tiny LLaVA)
+sys.path[:0] = [str(Path(__file__).parents[1] / folder) for folder in ("models", "integrations")]
+
 
 @pytest.fixture(scope="session")
 def diffclip_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("diffclip") / "run"
-    hf_vrl.train("diffclip", output_dir=str(out), max_steps=2, train_limit=32, batch_size=8, eval_limit=16)
+    hf_vrl.train(
+        "diffclip", output_dir=str(out), max_steps=2, train_limit=32, batch_size=8, eval_limit=16,
+        eval_dataset="fashion_mnist",  # on the Hub: the model-index records it
+    )  # fmt: skip
     return out
 
 
@@ -39,6 +49,7 @@ def dcr_run(tmp_path_factory) -> Path:
     tiny = dict(
         clip=str(root / "clip"), clip_pretrain_steps=0, diffusion=str(sd), batch_size=3, train_limit=12,
         eval_limit=30, stage1_steps=2, max_steps=2, save_steps=1, logging_steps=1, lora_r=4,
+        eval_dataset="fashion_mnist",  # on the Hub: the model-index records the clustering scores on it
     )  # fmt: skip
     hf_vrl.train("dcr", output_dir=str(root / "run"), **tiny)
     return root / "run"
@@ -81,6 +92,15 @@ class FakeHub:
         self.api.file_exists.side_effect = lambda repo_id, filename, **_: (
             self.root / repo_id / filename
         ).is_file()
+        # the token: a write token of user "me" (member of nothing); `auth_check` answers as the Hub does
+        self.api.whoami.return_value = {"name": "me", "orgs": [], "auth": {"accessToken": {"role": "write"}}}
+        self.api.auth_check.side_effect = self._auth_check
+
+    def _auth_check(self, repo_id: str, **_) -> None:
+        if not self.repo(repo_id).is_dir():
+            raise RepositoryNotFoundError(
+                "404", response=hub_response(404, f"api/models/{repo_id}/auth-check")
+            )
 
     def _upload(self, *, repo_id: str, folder_path: str, **_) -> CommitInfo:
         shutil.copytree(folder_path, self.root / repo_id, dirs_exist_ok=True)  # links copied as files
@@ -97,6 +117,11 @@ class FakeHub:
     @property
     def calls(self) -> list[str]:
         return [name for name, _, _ in self.api.method_calls]
+
+
+def hub_response(status: int, path: str) -> httpx2.Response:
+    """The HTTP answer the Hub gives with `status` (for the errors huggingface_hub raises)."""
+    return httpx2.Response(status, request=httpx2.Request("GET", f"https://huggingface.co/{path}"))
 
 
 @pytest.fixture

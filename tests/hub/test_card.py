@@ -27,47 +27,96 @@ def _reload(card) -> ModelCard:
         return ModelCard.load(Path(folder) / "README.md")
 
 
-def _expected_index(report, config) -> dict[tuple[str, str], float]:
-    """Every headline number of the report measured on data that is on the Hub with a Hub metric, under its
-    model-index names: the card's metrics and each dataset of the sections scored on several (DiVE's ood /
-    transfer)."""
-    after, method = report["after"], METHOD_CARDS[config["method"]]
-    data = describe_dataset(config["eval"]["eval_dataset"])
-    mmvp = describe_mmvp(config.get("dcr", {}).get("mmvp")) if method.mmvp_setting else None
-    index = {}
+def _section_data(report, result) -> list[tuple[str, dict, str | None]]:
+    """(section, data record, label column of the metric) of every report number `result` may be: the card's
+    metrics under its model-index names, and each set of the sections scored on several (DiVE's ood /
+    transfer), whose value it is."""
+    after, found = report["after"], []
     for m in METRICS:
-        dataset = mmvp if m.section in ("mmvp", "pairs") and mmvp else data
-        value = after.get(m.section, {}).get(m.key)
-        if m.indexed and isinstance(value, (int, float)) and dataset is not None and dataset.hub_id:
-            index[index_names(m)] = round(value, 4)
+        if index_names(m) == (result.task_name, result.metric_name) and m.value(after) is not None:
+            found.append((m.section, after[m.section].get("data"), m.labels))
     for section, (task_type, task_name) in PER_DATASET.items():
-        for name, value in (after.get(section) or {}).items():
-            on_hub = describe_dataset(name) is not None and describe_dataset(name).hub_id
-            if name != "top1" and isinstance(value, (int, float)) and on_hub:
-                index[TASK_NAMES[task_type], f"{task_name}: top-1 accuracy"] = round(value, 4)
-    return index
+        if (TASK_NAMES[task_type], f"{task_name}: top-1 accuracy") == (result.task_name, result.metric_name):
+            records = after.get(section, {}).get("data", {})
+            found += [
+                (section, records.get(name), None)
+                for name, v in after[section].items()
+                if v == result.metric_value
+            ]
+    return found
+
+
+def _hub_data(section: str, record: dict) -> str | None:
+    name = (describe_mmvp if section in ("mmvp", "pairs") else describe_dataset)(record["dataset"])
+    return name.hub_id if name else None
 
 
 def _index(card) -> dict[tuple[str, str], float]:
     return {(r.task_name, r.metric_name): r.metric_value for r in card.data.eval_results or []}
 
 
-@pytest.mark.parametrize("run_name", ["diffclip_run", "dcr_run", "dive_run"])
-def test_the_model_index_is_the_reports_results_after_training(request, run_name):
-    """Runs on the shapes world (not on the Hub) index nothing; DiVE's, scored on Fashion-MNIST, do. Every
-    number is on the card's table either way."""
+@pytest.mark.parametrize("run_name", ["diffclip_run", "dcr_run", "dive_run", "clue_run"])
+def test_each_model_index_entry_is_the_data_its_report_section_records(request, run_name):
+    """For every method: each entry's dataset (Hub id, split, label column as config, classes kept and sample
+    limit as args) is the data the report says that number was measured on, never the run's default
+    evaluation set; every number measured on unchanged Hub data is there; the rest only on the card's
+    table."""
     run = request.getfixturevalue(run_name)
     report = json.loads((run / "report.json").read_text())
-    config = json.loads((run / "config.json").read_text())
     card = _reload(build_model_card(run, "me/model"))
-    assert _index(card) == _expected_index(report, config)
-    assert bool(_index(card)) == (run_name == "dive_run")
-    assert {r.dataset_type for r in card.data.eval_results or []} <= {"zalando-datasets/fashion_mnist"}
+    entries = card.data.eval_results or []
+    assert bool(entries) == (run_name != "clue_run")  # CLUE's run was scored on the shapes world only
+    for result in entries:
+        (section, record, labels), *others = _section_data(report, result)
+        assert not others, result
+        assert record is not None and "transform" not in record, result
+        assert result.dataset_type == _hub_data(section, record)
+        assert result.dataset_split == record.get("split")
+        assert result.dataset_config == record.get("labels", labels)
+        limits = {key: record[key] for key in ("classes", "limit", "seed") if key in record}
+        assert result.dataset_args == (limits or None)
+    on_hub = {
+        index_names(m)
+        for m in METRICS
+        if m.indexed and m.value(report["after"]) is not None
+        and "transform" not in (record := report["after"][m.section].get("data", {"dataset": None}))
+        and record["dataset"] and _hub_data(m.section, record)
+    }  # fmt: skip
+    assert on_hub <= set(_index(card))
     for m in METRICS:
         value = m.value(report["after"])
         if value is not None:
             assert m.format(value) in card.text
-    assert card.data.model_name == "model"
+    assert card.data.model_name == ("model" if entries else None)
+
+
+def test_dive_records_each_number_on_its_own_data(dive_run):
+    """The issue's case: RSA measured on a local set stays off the index (not filed under the ID set); the ID
+    zero-shot top-1 on 5 of 10 classes of a limited test split says so; the synthetic shifts are not
+    Fashion-MNIST."""
+    report = json.loads((dive_run / "report.json").read_text())
+    config = json.loads((dive_run / "config.json").read_text())
+    after = report["after"]
+    assert after["rsa"]["data"]["dataset"] == config["dive"]["rsa_dataset"] == "shapes"
+    assert after["rsa"]["data"]["n_samples"] == config["dive"]["rsa_limit"]
+    entries = _reload(build_model_card(dive_run, "me/dive")).data.eval_results
+    assert not [r for r in entries if r.metric_name.startswith("RSA")]
+    zero_shot = next(r for r in entries if r.metric_name == "Zero-shot classification: top-1 accuracy")
+    names = ["t-shirt/top", "pullover", "dress", "coat", "shirt"]  # classes 0, 2, 3, 4, 6
+    assert (zero_shot.dataset_type, zero_shot.dataset_split) == ("zalando-datasets/fashion_mnist", "test")
+    assert zero_shot.dataset_args == {"classes": names, "limit": config["eval"]["eval_limit"], "seed": 0}
+    assert zero_shot.metric_value == round(after["zero_shot"]["top1"], 4)
+    # the held-out classes: the same task, dataset and split as the ID entry, which the index's format would
+    # file under the ID classes: the card's table and data table only
+    held_out = after["transfer"]["data"]["held-out classes"]
+    assert held_out["classes"] == ["trouser", "sandal", "sneaker", "bag", "ankle boot"]
+    assert not [r for r in entries if r.metric_name.endswith("transfer datasets: top-1 accuracy")]
+    text = build_model_card(dive_run, "me/dive").text
+    assert "| transfer: held-out classes | Fashion-MNIST (test split; 5 classes: trouser, sandal" in text
+    assert {name for name, record in after["ood"]["data"].items() if "transform" in record} == set(
+        config["dive"]["ood_shifts"]
+    )
+    assert not [r for r in entries if "distribution shifts" in r.metric_name]
 
 
 def test_diffclip_card(diffclip_run):
@@ -170,6 +219,26 @@ def test_a_clip_baseline_without_evaluation(tmp_path):
         and "| differential attention | no | no |" in card.text
     )
     assert card.data.eval_results is None and "The run did not evaluate the model." in card.text
+    assert "model_name" not in card.data.to_dict() and "\nmodel_name:" not in str(card)  # no Hub field
+
+
+@pytest.mark.parametrize("run_name", ["diffclip_run", "dcr_run", "dive_run", "clue_run"])
+def test_cards_have_the_sections_of_the_hubs_template_from_the_run(request, run_name):
+    """Intended uses and out-of-scope use, limitations (toy data, a miniature's budget) and training compute
+    (per stage: optimiser steps, time, hardware) as the report records them."""
+    run = request.getfixturevalue(run_name)
+    report = json.loads((run / "report.json").read_text())
+    text = build_model_card(run, "me/model").text
+    headings = re.findall(r"^#+ (.+)$", text, flags=re.M)
+    assert headings.index("Uses") < headings.index("How to use") < headings.index("Training compute")
+    assert headings.index("Training compute") < headings.index("Evaluation") < headings.index("Limitations")
+    assert "Out of scope:" in text and "- Decisions about people" in text
+    stages = report["train"]["stages"]
+    for name, stage in stages.items():
+        assert stage["hardware"].startswith("CPU (")  # recorded at training time
+        assert f"| {name} | {stage['steps']} | " in text and f" | {stage['hardware']} |" in text
+    assert "- Toy data: a miniature of the paper's experiment" in text  # every fixture trains on toy data
+    assert f"- Its training budget: {report['train']['steps']} optimiser steps" in text
 
 
 @pytest.mark.parametrize("run_name", ["diffclip_run", "dcr_run", "dive_run", "clue_run"])
@@ -178,12 +247,12 @@ def test_every_method_card_renders_for_each_model_of_its_run(request, run_name):
     run = request.getfixturevalue(run_name)
     method = json.loads((run / "config.json").read_text())["method"]
     assert method in METHOD_CARDS
-    report = json.loads((run / "report.json").read_text())
+    results = _index(_reload(build_model_card(run, "me/model")))  # the run's (test above)
     exports = sorted(p.name for p in (run / "exports").iterdir()) if (run / "exports").is_dir() else []
     for what in ("final", *exports):
         card = _reload(build_model_card(run, "me/model", what=what))
         assert method in card.data.tags and card.data.library_name == "transformers"
         assert card.data.license == "apache-2.0" and card.data.pipeline_tag
-        assert _index(card) == _expected_index(report, json.loads((run / "config.json").read_text()))
+        assert _index(card) == results
         assert not re.search(r"{{|{%|None\b|Undefined", card.text), card.text
         assert card.text.startswith("\n# model\n")

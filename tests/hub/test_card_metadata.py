@@ -30,9 +30,12 @@ def test_a_clue_run_from_a_hub_backbone_names_it_as_base_model(clue_run, tmp_pat
 
 def test_evaluation_data_is_not_listed_as_training_data(dcr_run, tmp_path):
     run = shutil.copytree(dcr_run, tmp_path / "run", ignore=shutil.ignore_patterns("checkpoints"))
-    config = json.loads((run / "config.json").read_text())
+    config, report = (json.loads((run / name).read_text()) for name in ("config.json", "report.json"))
     config["dcr"]["mmvp"] = str(tmp_path / "MMVP_VLM")  # the official benchmark, scored after training
+    for section in ("mmvp", "pairs"):
+        report["after"][section]["data"] = {"dataset": config["dcr"]["mmvp"], "n_samples": 150}
     (run / "config.json").write_text(json.dumps(config))
+    (run / "report.json").write_text(json.dumps(report))
     card = build_model_card(run, "me/dcr")
     assert "MMVP/MMVP_VLM" not in (card.data.datasets or [])
     assert "MMVP/MMVP_VLM" in {r.dataset_type for r in card.data.eval_results}
@@ -45,7 +48,7 @@ def test_no_card_has_an_empty_scoring_line(diffclip_run, dcr_run, dive_run, clue
 
 def test_dive_names_its_zero_shot_score_in_distribution(dive_run):
     text = build_model_card(dive_run, "me/dive").text
-    assert "Zero-shot classification there\nis in-distribution accuracy" in text
+    assert "Zero-shot classification is in-distribution\naccuracy" in text
 
 
 def test_every_card_of_every_run_follows_the_model_index_spec(diffclip_run, dcr_run, dive_run, clue_run):

@@ -11,12 +11,16 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
+import transformers
 from PIL import Image
-from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+from remote_code import FRESH_START, TRANSFORMERS_RELEASES, run_fresh, transformers_environment
+from transformers import AutoImageProcessor, AutoModel, AutoProcessor, AutoTokenizer, CLIPImageProcessorPil
 
 import hf_vrl.models  # noqa: F401  (the expected outputs come from hf_vrl's own classes)
 from hf_vrl.hub import publish
+from hf_vrl.presets import preset_path
 
 LABELS = ["a photo of a circle", "a photo of a square"]  # the labels of the cards' example
 MODELS = [
@@ -209,3 +213,131 @@ def test_staged_files_carry_no_machine_state(diffclip_run, clue_run, tmp_path):
     config = json.loads((clue / "config.json").read_text())
     assert not str(config["backbone_config"].get("_name_or_path", "")).startswith(("runs", "/", "."))
     assert str(tmp_path.parent) not in json.dumps(config)
+
+
+# Every folder hf_vrl writes for others to load, opened as its card says (the Auto class, remote code where it
+# has some) with its processor by `AutoProcessor`, on every transformers release the README names.
+LOAD_ON_RELEASE = (
+    FRESH_START
+    + """
+import json
+import transformers
+from PIL import Image
+
+cases, out = json.loads(open(sys.argv[1]).read()), sys.argv[2]
+image = Image.open("photo.png").convert("RGB")
+results = {"transformers": transformers.__version__, "hf_vrl imported": False}
+for name, case in cases.items():
+    model = getattr(transformers, case["auto"]).from_pretrained(case["folder"], trust_remote_code=True)
+    processor = transformers.AutoProcessor.from_pretrained(case["folder"], trust_remote_code=True)
+    text = {"text": case["text"], "padding": True} if case["text"] else {}
+    processed = processor(images=[image], return_tensors="pt", **text)
+    with torch.no_grad():
+        outputs = model.eval()(**torch.load(case["inputs"]))
+    results[name] = {
+        "model": type(model).__name__,
+        "input_ids": processed["input_ids"] if "input_ids" in processed else None,
+        "pixels": tuple(processed["pixel_values"].shape),
+        "outputs": {key: value for key, value in outputs.items() if torch.is_tensor(value)},
+    }
+results["hf_vrl imported"] = "hf_vrl" in sys.modules
+torch.save(results, out)
+"""
+)
+TEXTS = {"clip": LABELS, "llava": ["USER: <image>\nWhat is it? ASSISTANT:"]}
+
+
+def _llava_exports(tmp_path) -> dict:
+    """`hf-vrl export-llava` of a tiny LLaVA with a CLIP tower (as DCR / DiVE export it) and with a DiffCLIP
+    tower (remote code)."""
+    from llava_helpers import clip_tower, diffclip_tower, tiny_llava, tiny_processor, toy_tokenizer
+
+    from hf_vrl.integrations.llava_export import main as export_llava
+
+    tokenizer = toy_tokenizer()
+    tiny_llava(tokenizer).save_pretrained(tmp_path / "llava")
+    tiny_processor(tokenizer).save_pretrained(tmp_path / "llava")
+    folders = {}
+    for name, tower in (("llava-clip", clip_tower()), ("llava-diffclip", diffclip_tower())):
+        tower.save_pretrained(tmp_path / f"{name}-tower")
+        argv = ["--llava", str(tmp_path / "llava"), "--vision", str(tmp_path / f"{name}-tower")]
+        assert export_llava([*argv, "--output", str(tmp_path / name)]) == 0
+        folders[name] = (tmp_path / name, "AutoModelForImageTextToText", "llava")
+    return folders
+
+
+def _converted(tmp_path):
+    """`hf-vrl convert diffclip` of a tiny CLIP folder with its processors."""
+    from hf_vrl.cli import main as cli
+    from hf_vrl.methods.dcr.toy import tiny_clip
+
+    clip = tmp_path / "clip"
+    tokenizer = AutoTokenizer.from_pretrained(preset_path("tiny-clip"))
+    tiny_clip(image_size=16, vocab_size=len(tokenizer)).save_pretrained(clip)
+    tokenizer.save_pretrained(clip)
+    square = {"height": 16, "width": 16}
+    CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size=square).save_pretrained(clip)
+    out = tmp_path / "converted"
+    argv = ["convert", "diffclip", "--clip", str(clip), "--output", str(out), "--calibration", "synthetic"]
+    assert cli(argv) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def written(diffclip_run, dcr_run, dive_run, clue_run, tmp_path_factory):
+    """{name: (folder, Auto class, text kind)} of every folder the runs, export-llava and convert write, with
+    the inputs of its model (from its processor here) and the outputs hf_vrl's classes give."""
+    root = tmp_path_factory.mktemp("written")
+    folders = {}
+    for method, run in (("diffclip", diffclip_run), ("dcr", dcr_run), ("dive", dive_run), ("clue", clue_run)):
+        text = "clip" if (run / "final" / "tokenizer_config.json").is_file() else None
+        folders[f"{method}-final"] = (run / "final", "AutoModel", text)
+        for export in sorted((run / "exports").iterdir()) if (run / "exports").is_dir() else ():
+            folders[f"{method}-{export.name}"] = (export, "AutoModel", None)
+    folders |= _llava_exports(root) | {"convert": (_converted(root), "AutoModel", "clip")}
+    photo = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8))
+    cases, expected = {}, {}
+    for name, (folder, auto, kind) in folders.items():
+        processor = AutoProcessor.from_pretrained(folder)
+        text = {"text": TEXTS[kind], "padding": True} if kind else {}
+        inputs = dict(processor(images=[photo], return_tensors="pt", **text))
+        torch.save(inputs, root / f"{name}.pt")
+        model = getattr(transformers, auto).from_pretrained(folder).eval()
+        with torch.no_grad():
+            outputs = model(**inputs)
+        expected[name] = (inputs, {k: v for k, v in outputs.items() if torch.is_tensor(v)})
+        cases[name] = {"folder": str(folder), "auto": auto, "text": TEXTS[kind] if kind else None}
+        cases[name]["inputs"] = str(root / f"{name}.pt")
+    (root / "cases.json").write_text(json.dumps(cases))
+    return root, expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", TRANSFORMERS_RELEASES)
+def test_every_folder_hf_vrl_writes_loads_with_its_processor_on_every_release(written, version):
+    """final/ and exports/ of every method, `hf-vrl export-llava` (CLIP and DiffCLIP towers) and `hf-vrl
+    convert`: model and processor load in a fresh process without hf_vrl, on transformers `version`; the
+    processor gives the inputs this one gives (the same token ids) and the model the same outputs."""
+    root, expected = written
+    work = root / version
+    work.mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(
+        work / "photo.png"
+    )
+    run_fresh(
+        LOAD_ON_RELEASE,
+        [str(root / "cases.json"), str(work / "out.pt")],
+        work,
+        transformers_environment(version),
+    )
+    results = torch.load(work / "out.pt")
+    assert results.pop("transformers") == version and results.pop("hf_vrl imported") is False
+    assert results.keys() == expected.keys()
+    for name, (inputs, outputs) in expected.items():
+        got = results[name]
+        assert got["pixels"] == tuple(inputs["pixel_values"].shape), name
+        if "input_ids" in inputs:
+            torch.testing.assert_close(got["input_ids"], inputs["input_ids"], msg=name)
+        assert got["outputs"].keys() >= outputs.keys(), name  # 4.57's LLaVA adds image_hidden_states
+        for key, value in outputs.items():
+            torch.testing.assert_close(got["outputs"][key], value, rtol=1e-5, atol=1e-6, msg=f"{name}.{key}")

@@ -11,7 +11,7 @@ from huggingface_hub import ModelCard
 
 from hf_vrl.errors import UserError
 from hf_vrl.hub import publish
-from hf_vrl.hub.publish import MACHINE_STATE_FILES, _clean, _without_machine_state
+from hf_vrl.hub.publish import MACHINE_STATE_FILES, _clean, portable_json
 
 PROCESSOR = {"preprocessor_config.json"}
 TOKENIZER = {"tokenizer.json", "tokenizer_config.json"}
@@ -20,7 +20,8 @@ CLUE_FIGURES = ("figures/part_maps.png", "figures/gradcam.png")  # Fig. 6 and Fi
 EXPECTED = {
     ("diffclip", "final"): {
         "config.json", "model.safetensors", "configuration_diffclip.py", "modeling_diffclip.py",
-        "figures/attention.png", "processor_config.json", *PROCESSOR, *TOKENIZER, *RECORD,
+        "differential_attention.py", "figures/attention.png", "processor_config.json", *PROCESSOR, *TOKENIZER,
+        *RECORD,
     },
     ("dcr", "final"): {"config.json", "model.safetensors", *PROCESSOR, *TOKENIZER, *RECORD},
     ("dcr", "vision-tower"): {"config.json", "model.safetensors", *PROCESSOR, *RECORD},
@@ -88,11 +89,13 @@ def test_uploads_exactly_the_model_its_processors_code_and_card_in_one_commit(ru
     assert publication.url == "https://huggingface.co/me/" + f"{method}-{what}/commit/0123abcd"
 
 
-def test_the_processor_of_an_export_without_one_is_the_runs(dcr_run, hub):
-    assert not (dcr_run / "exports/dcr-model/preprocessor_config.json").exists()
-    publish(dcr_run, "me/dcr-model", what="dcr-model", api=hub.api)
+def test_the_processor_of_an_export_without_one_is_the_runs(dcr_run, hub, tmp_path):
+    """An export written without its processor (by an hf_vrl before every export carried one)."""
+    run = _copy(dcr_run, tmp_path)
+    (run / "exports/dcr-model/preprocessor_config.json").unlink()
+    publish(run, "me/dcr-model", what="dcr-model", api=hub.api)
     uploaded = json.loads((hub.repo("me/dcr-model") / "preprocessor_config.json").read_text())
-    assert uploaded == json.loads((dcr_run / "final/preprocessor_config.json").read_text())
+    assert uploaded == json.loads((run / "final/preprocessor_config.json").read_text())
 
 
 def test_the_run_record_goes_up_without_local_paths(dcr_run, hub):
@@ -157,7 +160,7 @@ def test_an_hf_vrl_model_saved_without_its_code_gets_it(diffclip_run, tmp_path, 
     config = json.loads(config_file.read_text())
     del config["auto_map"]
     config_file.write_text(json.dumps(config))
-    for name in ("configuration_diffclip.py", "modeling_diffclip.py"):
+    for name in ("configuration_diffclip.py", "modeling_diffclip.py", "differential_attention.py"):
         (run / "final" / name).unlink()
     publish(run, "me/x", api=hub.api)
     assert hub.files("me/x") == EXPECTED["diffclip", "final"]
@@ -168,6 +171,15 @@ def test_an_hf_vrl_model_saved_without_its_code_gets_it(diffclip_run, tmp_path, 
     }  # fmt: skip
     assert uploaded == config and json.loads(config_file.read_text()) == config  # the run is untouched
     assert "custom_code" in ModelCard.load(hub.repo("me/x") / "README.md").data.tags
+
+
+def test_a_model_folder_without_a_file_its_code_imports_gets_the_code(diffclip_run, tmp_path, hub):
+    """modeling_diffclip.py imports .differential_attention: a folder without that file cannot load remote."""
+    run = _copy(diffclip_run, tmp_path)
+    (run / "final/differential_attention.py").unlink()
+    publish(run, "me/x", api=hub.api)
+    assert hub.files("me/x") == EXPECTED["diffclip", "final"]
+    assert not (run / "final/differential_attention.py").exists()  # the run is untouched
 
 
 def test_card_metadata_overrides(dcr_run, hub):
@@ -286,7 +298,7 @@ def test_staged_json_files_lose_machine_state_and_local_source_paths(tmp_path):
     staged = tmp_path / "staged" / "config.json"
     staged.parent.mkdir()
     staged.symlink_to(source)
-    _without_machine_state(staged)
+    portable_json(staged)
     assert not staged.is_symlink() and json.loads(source.read_text()) == saved  # the run is left alone
     assert json.loads(staged.read_text()) == {
         "backbone_config": {"_name_or_path": "", "model_type": "resnet"},

@@ -6,6 +6,7 @@ import pytest
 from huggingface_hub import constants
 
 from hf_vrl import cli
+from hf_vrl.errors import UserError
 
 SECRET = "hf_NotARealTokenButTreatItAsOne123"
 
@@ -20,13 +21,14 @@ def test_dry_run_stages_and_lists_the_upload_without_a_client(diffclip_run, hub_
         "README.md",
         "model.safetensors",
         "modeling_diffclip.py",
+        "differential_attention.py",
         "figures/attention.png",
         "processor_config.json",
         "run/report.json",
     )
     for name in names:
         assert f"  {name} " in out and (stage / name).is_file()
-    assert "12 files" in out and f"staged in {stage}" in out and hub_client == []
+    assert "13 files" in out and f"staged in {stage}" in out and hub_client == []
 
 
 def test_staging_dir_needs_dry_run(diffclip_run, hub_client, tmp_path, capsys):
@@ -124,3 +126,72 @@ def test_push_to_hub_is_checked_before_the_run_writes(monkeypatch, tmp_path, cap
     assert cli.main([*base, "--hub-model-id", "me/pushed"]) == 2  # HF_HUB_OFFLINE=1 in the tests
     assert "--push-to-hub needs the Hub, but HF_HUB_OFFLINE=1 is set" in capsys.readouterr().err
     assert not out.exists()
+
+
+def _whoami(role: str, orgs: dict[str, str] | None = None, scoped: list | None = None) -> dict:
+    """The Hub's whoami-v2 answer for user "me" with a token of `role` ("read", "write", "fineGrained")."""
+    token: dict = {"role": role}
+    if scoped is not None:
+        token["fineGrained"] = {"scoped": scoped, "global": []}
+    memberships = [{"name": name, "roleInOrg": org_role} for name, org_role in (orgs or {}).items()]
+    return {"name": "me", "orgs": memberships, "auth": {"accessToken": token}}
+
+
+def _write(entity: str) -> dict:
+    return {"entity": {"type": "org", "name": entity}, "permissions": ["repo.content.read", "repo.write"]}
+
+
+@pytest.mark.parametrize(
+    ("identity", "repo_id", "refusal"),
+    [
+        (_whoami("write"), "me/new", None),
+        (_whoami("write", {"lab": "contributor"}), "lab/new", None),
+        (_whoami("fineGrained", {"lab": "write"}, [_write("lab")]), "lab/new", None),
+        (_whoami("read"), "me/new", "me's token cannot create me/new in 'me'"),
+        (_whoami("write", {"lab": "read"}), "lab/new", "cannot create lab/new in 'lab'"),
+        (_whoami("write"), "other/new", "cannot create other/new in 'other'"),
+        (_whoami("fineGrained", {"lab": "admin"}, [_write("me")]), "lab/new", "a write token of 'lab'"),
+    ],
+)
+def test_push_to_hub_checks_the_token_can_write_before_training(
+    hub, hub_client, monkeypatch, tmp_path, capsys, identity, repo_id, refusal
+):
+    """Before the run writes anything (the Trainer would create the repo at the start; hf_vrl publishes at
+    the end): a token that cannot create the repo in its namespace is refused with one line."""
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    hub.api.whoami.return_value = identity
+    out = tmp_path / "run"
+    argv = ["train", "diffclip", "--output-dir", str(out), "--max-steps", "1", "--train-limit", "16"]
+    argv += ["--batch-size", "8", "--eval-limit", "8", "--no-figures", "--no-eval-before", "--no-eval-after"]
+    argv += ["--push-to-hub", "--hub-model-id", repo_id]
+    if refusal is None:
+        from hf_vrl.run.preflight import check_push
+
+        check_push(True, repo_id)  # the run's check passes; the run itself is test_push_to_hub_publishes...
+        assert hub.calls == ["whoami", "auth_check"]
+        return
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--push-to-hub: me's token cannot" in err and refusal in err and SECRET not in err
+    assert not out.exists() and "upload_folder" not in hub.calls and "create_repo" not in hub.calls
+
+
+def test_push_to_hub_refuses_an_invalid_token_and_an_existing_repo_it_cannot_write(
+    hub, hub_client, monkeypatch
+):
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from hf_vrl.run.preflight import check_push
+
+    def answer(status: int) -> httpx2.Response:
+        return httpx2.Response(status, request=httpx2.Request("GET", "https://huggingface.co/api/x"))
+
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    hub.repo("me/theirs").mkdir(parents=True)  # exists: the Hub's own write check answers
+    hub.api.auth_check.side_effect = HfHubHTTPError("403", response=answer(403))
+    with pytest.raises(UserError, match="--push-to-hub: me's token cannot write to me/theirs"):
+        check_push(True, "me/theirs")
+    hub.api.whoami.side_effect = HfHubHTTPError("401", response=answer(401))
+    with pytest.raises(UserError, match=r"--push-to-hub: the Hub refused the token \(401\): log in again"):
+        check_push(True, "me/theirs")

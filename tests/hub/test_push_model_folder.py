@@ -99,6 +99,7 @@ def test_a_released_checkpoint_card_carries_the_authors_figures_as_theirs(tmp_pa
         and "| text retrieval R@5, MSCOCO | 55.5 |" in authors
     )
     assert card.data.eval_results is None  # the authors' figures are not this model's model-index
+    assert "\nmodel_name:" not in str(card)  # not a Hub metadata field: the model-index's, with results
 
 
 def test_only_what_hf_vrl_saved_is_pushed_as_a_model_folder(converted, tmp_path, hub, diffclip_run):

@@ -21,6 +21,7 @@ from llava_helpers import (
     tiny_llava,
     vit_tower,
 )
+from PIL import Image
 from safetensors import safe_open
 from transformers import (
     AutoProcessor,
@@ -285,6 +286,28 @@ def test_export_llava_writes_a_checkpoint_plain_transformers_reloads(tokenizer, 
     torch.testing.assert_close(_generate(reloaded, batch), _generate(expected, batch), rtol=0, atol=0)
 
 
+def test_export_llava_writes_a_processor_every_supported_transformers_reads(tokenizer, processor, tmp_path):
+    """transformers 5 saves its generic tokenizer as `TokenizersBackend`, a class 4.x does not know, and
+    keeps the loading options of the machine that saved it; the export names it `PreTrainedTokenizerFast`
+    (what both resolve) and drops them. (Loaded on each release: tests/hub/test_load_back.py, slow.)"""
+    llava_dir = _save_llava_checkpoint(tokenizer, processor, tmp_path / "llava")
+    out = tmp_path / "out"
+    assert (
+        export_main(
+            ["--llava", str(llava_dir), "--vision", str(_dcr_export(tmp_path / "t")), "--output", str(out)]
+        )
+        == 0
+    )
+    saved = json.loads((out / "tokenizer_config.json").read_text())
+    assert saved["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert not {"is_local", "local_files_only", "cache_dir"} & set(saved)
+    inputs = {"text": f"USER: {IMAGE_TOKEN}\nWhat is it? ASSISTANT:", "images": Image.new("RGB", (20, 20))}
+    expected = processor(**inputs, return_tensors="pt").input_ids  # LLaVA expands the image token
+    torch.testing.assert_close(
+        AutoProcessor.from_pretrained(out)(**inputs, return_tensors="pt").input_ids, expected
+    )
+
+
 def test_export_llava_refuses_a_tower_of_another_width_and_writes_nothing(tokenizer, processor, tmp_path):
     llava_dir = _save_llava_checkpoint(tokenizer, processor, tmp_path / "llava")
     diffclip_tower(hidden_size=48).save_pretrained(tmp_path / "tower")
@@ -360,9 +383,8 @@ def test_a_diffclip_llava_loads_with_remote_code_where_hf_vrl_is_not_installed(
     swap_vision_tower(llava, diffclip_tower())
     new_processor = llava_processor_for(llava, processor)
     out = save_llava(llava.eval(), tmp_path / "llava", new_processor)
-    assert {"configuration_diffclip.py", "modeling_diffclip.py", "llava_remote_tower.py"} <= set(
-        os.listdir(out)
-    )
+    code = {"configuration_diffclip.py", "modeling_diffclip.py", "differential_attention.py"}
+    assert {*code, "llava_remote_tower.py"} <= set(os.listdir(out))
 
     image_paths = [tmp_path / f"image{i}.png" for i in range(2)]
     for image, path in zip(shapes["image"][:2], image_paths):

@@ -40,7 +40,9 @@ def test_from_an_image_classification_checkpoint(tmp_path):
     assert model.text_projector.out_features == 7 and model.config.projection_dim == settings.projection_dim
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        torch.testing.assert_close(model.get_image_features(x), classifier.resnet(x).pooler_output.flatten(1))
+        torch.testing.assert_close(
+            model.get_image_features(x).pooler_output, classifier.resnet(x).pooler_output.flatten(1)
+        )
     processor = build_image_processor(settings)  # the checkpoint's own normalisation
     assert (
         list(processor.image_mean) == pytest.approx([0.1, 0.2, 0.3]) and processor.size["shortest_edge"] == 16
@@ -53,7 +55,7 @@ def test_from_a_vit_leaves_its_pooler_behind():
     model = from_backbone(vit, projection_hidden_dim=32, projection_dim=8, predictor_hidden_dim=16).eval()
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
-        torch.testing.assert_close(model.get_image_features(x), vit(x).last_hidden_state[:, 0])
+        torch.testing.assert_close(model.get_image_features(x).pooler_output, vit(x).last_hidden_state[:, 0])
     assert not hasattr(model.backbone, "pooler") or model.backbone.pooler is None
 
 

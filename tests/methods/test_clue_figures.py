@@ -32,7 +32,7 @@ def _reference_cam(model, pixels, targets, layer, grid_of):
     else:
         handle = layer.register_forward_pre_hook(lambda module, args: kept.update(a=args[0]))
     model.eval()
-    features = model.get_image_features(pixels)
+    features = model.get_image_features(pixels).pooler_output
     handle.remove()
     scores = F.cosine_similarity(features, targets, dim=-1)
     gradient = torch.autograd.grad(scores.sum(), kept["a"])[0]
@@ -94,7 +94,7 @@ def test_the_grad_cam_figure_shows_each_models_maps(tmp_path):
     model = models["CLUE"]
     model.eval()
     with torch.no_grad():
-        reference = model.get_image_features(pixels_of(processor, data["image"]))
+        reference = model.get_image_features(pixels_of(processor, data["image"])).pooler_output
     prototypes = class_prototypes(reference, data["fine_label"])
     pixels = pixels_of(processor, images)
     cams = grad_cam(model, pixels, torch.stack([prototypes[y] for y in labels]))

@@ -64,8 +64,14 @@ def test_final_loads_with_remote_code_and_reproduces_the_evaluation(run):
     test = load_dataset_by_name("shapes", split="test", limit=24, seed=0, image_size=32)
     train = load_dataset_by_name("shapes", split="train", limit=32, seed=0, image_size=32)  # the run's rows
     again = evaluate_clue(model, processor, test, train, tasks=("retrieval", "granularity"))
-    assert again["retrieval"] == report["after"]["retrieval"]
+    recorded = dict(report["after"]["retrieval"])
+    assert recorded.pop("data") == {  # the test rows above; granularity on the training rows
+        "dataset": "shapes", "split": "test", "n_samples": 24, "limit": 24, "seed": 0, "labels": "fine_label",
+    }  # fmt: skip
+    assert again["retrieval"] == recorded
     assert again["granularity"]["ncc_fine"] == report["after"]["granularity"]["ncc_fine"]
+    granularity = {"dataset": "shapes", "split": "train", "n_samples": 32, "limit": 32, "seed": 0}
+    assert report["after"]["granularity"]["data"] == granularity
 
 
 def test_the_momentum_branch_is_saved_and_has_moved(run):

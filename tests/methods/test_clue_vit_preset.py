@@ -56,7 +56,7 @@ def test_the_preset_builds_a_vit_clue_model_from_a_vit_checkpoint(config, tmp_pa
     assert model.config.num_parts == 3 and model.text_projector.out_features == 8
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
-        torch.testing.assert_close(model.get_image_features(x), vit(x).last_hidden_state[:, 0])
+        torch.testing.assert_close(model.get_image_features(x).pooler_output, vit(x).last_hidden_state[:, 0])
         out = model(pixel_values=x, output_part_assignments=True)
     assert out.part_assignments.shape == (2, 3, 4, 4)  # K = 3 parts over the 4 x 4 patch grid
     assert list(build_image_processor(settings).image_mean) == pytest.approx([0.5] * 3)

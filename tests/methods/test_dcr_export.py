@@ -42,12 +42,14 @@ def test_export_loads_as_plain_transformers(tmp_path, device):
         exported = tower(pixel_values=x).pooler_output
         torch.testing.assert_close(exported, merged.vision_model(pixel_values=x).pooler_output)
         with_lora = trained.eval()(pixel_values=x).image_embeds
-        torch.testing.assert_close(merged.get_image_features(x), with_lora, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            merged.get_image_features(x).pooler_output, with_lora, atol=1e-5, rtol=1e-5
+        )
 
     out = export_vision_tower(trained, tmp_path / "with-proj", with_projection=True)
     proj, info = CLIPVisionModelWithProjection.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     with torch.no_grad():
         torch.testing.assert_close(
-            proj.to(device).eval()(pixel_values=x).image_embeds, merged.get_image_features(x)
+            proj.to(device).eval()(pixel_values=x).image_embeds, merged.get_image_features(x).pooler_output
         )

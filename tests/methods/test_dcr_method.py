@@ -51,8 +51,17 @@ def test_two_stages_write_the_common_layout(both):
     assert report["method"] == "dcr" and report["train"]["stages"]["stage1"]["steps"] == 2
     assert report["train"]["stages"]["stage2"]["steps"] == 2 and report["train"]["steps"] == 4
     for name in ("before", "after"):
-        assert set(report[name]["clustering"]) == {"nmi", "acc", "ari"}
+        assert set(report[name]["clustering"]) == {"nmi", "acc", "ari", "data"}
         assert report[name]["mmvp"]["n_pairs"] == 50 and "text tower" in report[name]["mmvp"]["protocol"]
+    # what each was measured on: the evaluation rows, and the toy MMVP-style pairs
+    shapes = {"dataset": "shapes", "split": "test", "n_samples": 30, "limit": 30, "seed": 0}
+    assert report["after"]["clustering"]["data"] == shapes
+    assert report["after"]["clustering_fine"]["data"] == {**shapes, "labels": "fine_label"}
+    assert (
+        report["after"]["mmvp"]["data"]
+        == report["after"]["pairs"]["data"]
+        == {"dataset": "toy", "n_samples": 50}
+    )
     assert (out / "checkpoints/stage1/done/model.safetensors").exists()
     assert (out / "checkpoints/stage2/checkpoint-2/adapter_model.safetensors").exists()
     assert not list((out / "checkpoints/stage1/done").glob("*unet*"))  # the diffusion model is never saved
@@ -67,7 +76,7 @@ def test_final_is_the_base_clip_with_the_enhanced_tower(both, inputs):
     x = torch.rand(2, 3, 16, 16)
     with torch.no_grad():  # the image side is the enhanced one, the text side the original
         torch.testing.assert_close(
-            final.get_image_features(pixel_values=x).pooler_output, merged.get_image_features(x)
+            final.get_image_features(pixel_values=x).pooler_output, merged.get_image_features(x).pooler_output
         )
         ids = torch.tensor([[0, 5, 1]])
         torch.testing.assert_close(

@@ -3,8 +3,10 @@ head's class indexing and a tiny LP-FT run end to end; the ObjectNet border crop
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -218,11 +220,24 @@ def test_lp_ft_end_to_end(tmp_path):
     assert any(probe.glob("checkpoint-*")) and (out / "final" / HEAD_FILE).is_file()
     for section in ("before", "after"):
         assert set(report[section]) == {"zero_shot", "ood", "transfer", "rsa"}
-        assert set(report[section]["zero_shot"]) == {"top1", "macro_f1"}
-        assert set(report[section]["ood"]) == {"top1", "inverted", "macro_f1", "inverted.macro_f1"}
+        assert set(report[section]["zero_shot"]) == {"top1", "macro_f1", "data"}  # data: what was scored
+        assert set(report[section]["ood"]) == {"top1", "inverted", "macro_f1", "inverted.macro_f1", "data"}
     final = CLIPModel.from_pretrained(out / "final")  # a plain CLIP; the head beside it
     pretrained = CLIPModel.from_pretrained(out / "inputs/pretrained")
     for (name, a), b in zip(final.state_dict().items(), pretrained.state_dict().values()):
         if name.startswith(("text_model.", "text_projection", "logit_scale")):
             assert torch.equal(a, b), name  # the text side never trains
     assert json.loads((out / "report.json").read_text()) == report
+
+
+def test_the_head_module_imports_nothing_of_the_evaluation_that_builds_on_it():
+    """evaluate.py imports head.py (HeadClassifier, text_classifier); head.py imports nothing of evaluate.py,
+    not even inside a function: no import circle."""
+    from hf_vrl.methods.dive import evaluate, head
+
+    def imported(module) -> set[str]:
+        tree = ast.parse(Path(module.__file__).read_text())
+        return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+
+    assert "hf_vrl.methods.dive.head" in imported(evaluate)
+    assert "hf_vrl.methods.dive.evaluate" not in imported(head)

@@ -52,10 +52,23 @@ def test_the_common_layout_and_report(run):
     for stage in ("before", "after"):
         section = report[stage]
         assert set(section) == {"zero_shot", "ood", "transfer", "rsa"}
-        assert set(section["ood"]) == {"top1", "inverted", "blurred", "recoloured"}
-        assert set(section["transfer"]) == {"top1", "held-out classes", "shapes"}
+        assert set(section["ood"]) == {"top1", "inverted", "blurred", "recoloured", "data"}
+        assert set(section["transfer"]) == {"top1", "held-out classes", "shapes", "data"}
         assert 0.0 <= section["zero_shot"]["top1"] <= 1.0
-    assert report["before"]["rsa"] == pytest.approx({"image": 1.0, "text": 1.0})  # the model against itself
+    # each number's data: the ID classes of the evaluation rows, the shifts of those, the held-out classes,
+    # the named sets, RSA's own set and limit
+    after, fashion = report["after"], {"dataset": "fashion_mnist", "split": "test", "limit": 40, "seed": 0}
+    classes = ["t-shirt/top", "pullover", "dress", "coat", "shirt"]
+    assert after["zero_shot"]["data"] == {**fashion, "classes": classes, "n_samples": 20}
+    for shift in ("inverted", "blurred", "recoloured"):
+        assert after["ood"]["data"][shift] == {**after["zero_shot"]["data"], "transform": shift}
+    held_out = after["transfer"]["data"]["held-out classes"]
+    assert held_out["classes"] == ["trouser", "sandal", "sneaker", "bag", "ankle boot"]
+    shapes = {"dataset": "shapes", "split": "test", "seed": 0}
+    assert after["transfer"]["data"]["shapes"] == {**shapes, "limit": 40, "n_samples": 40}
+    assert after["rsa"]["data"] == {**shapes, "limit": 12, "n_samples": 12}
+    rsa = {key: report["before"]["rsa"][key] for key in ("image", "text")}
+    assert rsa == pytest.approx({"image": 1.0, "text": 1.0})  # the model against itself
     assert report["after"]["rsa"]["image"] < 1.0  # training moved it
     assert set(report["outputs"]) == {"final", "vision_tower", "wise_ft"}
 
@@ -144,3 +157,18 @@ def test_a_validation_set_larger_than_the_data_is_a_user_error(tmp_path):
 def test_flyp_needs_no_reference_set():
     config = resolve(DiVERunConfig, preset(objective="flyp", reference_dataset=None))
     assert not config.dive.uses_reference
+
+
+def test_the_vision_tower_export_is_in_the_layout_every_supported_transformers_reads(run):
+    """Keys under `vision_model.`, as transformers 4.x and 5.0 read a CLIPVisionModel (5.17 and later save it
+    without: loaded there, the tower would be random); tests/hub/test_load_back.py loads it on each
+    release."""
+    from safetensors import safe_open
+    from transformers import CLIPVisionModel
+
+    out, _ = run
+    folder = out / "exports" / "vision-tower"
+    with safe_open(folder / "model.safetensors", "pt") as weights:
+        assert all(key.startswith("vision_model.") for key in weights.keys())
+    _, info = CLIPVisionModel.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]

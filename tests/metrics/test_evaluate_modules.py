@@ -125,6 +125,24 @@ def test_modules_combine(load, blobs):
     }
 
 
+@pytest.mark.parametrize(
+    "name, functions",
+    [
+        ("clustering", ("cluster_accuracy", "clustering_scores")),
+        ("granularity", ("cdnv", "granularity_scores", "ncc_accuracy")),
+        ("rsa", ("rsa_score",)),
+    ],
+)
+def test_hf_vrl_metrics_and_the_module_share_one_copy(name, functions):
+    """hf_vrl.metrics' functions are those of the module folder's `scores.py` (plain numpy, no hf_vrl), and
+    the module file computes nothing of its own: it calls them."""
+    for function in functions:
+        assert getattr(metrics, function).__module__ == f"hf_vrl.metrics.evaluate_modules.{name}.scores"
+    module = ast.parse((MODULES_DIR / name / f"{name}.py").read_text())
+    assert not [node.name for node in module.body if isinstance(node, ast.FunctionDef)]
+    assert not _top_level_imports(MODULES_DIR / name / "scores.py") & {"hf_vrl", "torch", "evaluate"}
+
+
 def test_an_unknown_module_names_those_that_exist():
     with pytest.raises(
         UserError, match="no evaluate module named 'accuracy'; choose one of: clustering, granularity"
@@ -266,14 +284,14 @@ DISTRIBUTIONS = {"sklearn": "scikit-learn"}  # import name -> the name pip insta
 
 
 def _top_level_imports(path: Path) -> set[str]:
+    """The third-party packages `path` imports (anywhere in it); a relative import must name a file beside it,
+    which `evaluate` copies along (a module of a subfolder or a parent it does not)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level:  # a file beside it, which evaluate copies along
-            assert node.level == 1 and (path.parent / f"{node.module}.py").is_file(), (
-                f"{path.name}: {node.module}"
-            )
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            assert node.level == 1 and (path.parent / f"{node.module}.py").is_file(), ast.unparse(node)
         elif isinstance(node, ast.ImportFrom):
             names.add(node.module.split(".")[0])
     return names - set(sys.stdlib_module_names) - {"__future__"}
@@ -282,8 +300,8 @@ def _top_level_imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("name", metrics.EVALUATE_MODULES)
 def test_each_module_folder_is_a_space(name):
     """What `evaluate-cli create` lays out: a metric card with the Space's YAML header and the card's
-    sections, a requirements.txt naming every third-party import of the module, an app.py running its
-    widget."""
+    sections, a requirements.txt naming every third-party import of the folder's files, an app.py running
+    its widget."""
     from huggingface_hub import RepoCard
 
     folder = MODULES_DIR / name
@@ -301,7 +319,7 @@ def test_each_module_folder_is_a_space(name):
         for line in (folder / "requirements.txt").read_text().splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     }
-    imports = _top_level_imports(folder / f"{name}.py") | _top_level_imports(folder / "app.py")
+    imports = set().union(*(_top_level_imports(path) for path in folder.glob("*.py")))
     assert not imports & {"hf_vrl", "torch"}
     assert {DISTRIBUTIONS.get(i, i) for i in imports} <= requirements
 

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import torch
 
-REMOTE_LOAD = """
+# The start of every child script: hf_vrl is installed (editable) in this environment, so it is made
+# unimportable, as on a user's machine; torch takes the parent's thread counts (its last two arguments), so
+# that reductions split the same way and outputs compare exactly.
+FRESH_START = """
 import importlib.abc, sys
 
-# hf_vrl is installed (editable) in this environment: make it unimportable, as on a user's machine.
 class RefuseHfVrl(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "hf_vrl" or name.startswith("hf_vrl."):
@@ -24,12 +26,18 @@ class RefuseHfVrl(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, RefuseHfVrl())
 import torch
+
+torch.set_num_threads(int(sys.argv[-2]))
+torch.set_num_interop_threads(int(sys.argv[-1]))
+"""
+
+REMOTE_LOAD = (
+    FRESH_START
+    + """
 import transformers
 from transformers import AutoModel
 
-model_dir, inputs_path, outputs_path, threads, interop = sys.argv[1:6]
-torch.set_num_threads(int(threads))  # the parent's settings: reductions then split the same way
-torch.set_num_interop_threads(int(interop))
+model_dir, inputs_path, outputs_path = sys.argv[1:4]
 model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).eval()
 assert "hf_vrl" not in sys.modules, sorted(m for m in sys.modules if m.startswith("hf_vrl"))
 assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
@@ -40,6 +48,11 @@ result = {"outputs": outputs, "cls": type(model).__name__, "transformers": trans
 result["threads"] = (torch.get_num_threads(), torch.get_num_interop_threads())
 torch.save(result, outputs_path)
 """
+)
+
+# The releases the README names: 4.57 the last 4.x (what most LLaVA code pins), 5.0 the oldest 5.x, 5.17 the
+# GPU image's, 5.23 the newest when they were chosen (the development environment's runs every other test).
+TRANSFORMERS_RELEASES = ("4.57.6", "5.0.0", "5.17.0", "5.23.0")
 
 # Where the transformers environments of the version-matrix test are kept between runs.
 COMPAT_CACHE = Path(
@@ -47,15 +60,13 @@ COMPAT_CACHE = Path(
 )
 
 
-def remote_load(model_dir: Path, inputs: dict, work_dir: Path, environment: Path | None = None) -> dict:
-    """Run `AutoModel.from_pretrained(model_dir, trust_remote_code=True)(**inputs)` in a fresh interpreter
-    (transformers from `environment` when given, else the installed one) with this process's torch thread
-    counts; returns {"outputs": tensor fields, "cls": class name, "transformers": version, "threads": the
-    child's (intra-op, inter-op) thread counts}."""
+def run_fresh(script: str, args: list[str], work_dir: Path, environment: Path | None = None) -> None:
+    """`script` (starting with FRESH_START) with `args` in a fresh interpreter in `work_dir`: transformers
+    from `environment` (first on PYTHONPATH) when given, else the installed one; the Hub offline, module and
+    Hub caches of its own; this process's torch thread counts. Asserts it succeeds."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(inputs, work_dir / "inputs.pt")
-    script = work_dir / "load.py"
-    script.write_text(REMOTE_LOAD)
+    script_file = work_dir / "script.py"
+    script_file.write_text(script)
     env = {
         **os.environ,
         "PYTHONPATH": str(environment or ""),
@@ -64,15 +75,23 @@ def remote_load(model_dir: Path, inputs: dict, work_dir: Path, environment: Path
         "HF_HOME": str(work_dir / "hf_home"),
     }
     threads = [str(torch.get_num_threads()), str(torch.get_num_interop_threads())]
-    args = [
-        sys.executable,
-        str(script),
-        str(model_dir),
-        str(work_dir / "inputs.pt"),
-        str(work_dir / "out.pt"),
-    ]
-    done = subprocess.run(args + threads, cwd=work_dir, env=env, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, str(script_file), *args, *threads]
+    done = subprocess.run(command, cwd=work_dir, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def remote_load(model_dir: Path, inputs: dict, work_dir: Path, environment: Path | None = None) -> dict:
+    """Run `AutoModel.from_pretrained(model_dir, trust_remote_code=True)(**inputs)` in a fresh interpreter
+    (`run_fresh`); returns {"outputs": tensor fields, "cls": class name, "transformers": version, "threads":
+    the child's (intra-op, inter-op) thread counts}."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(inputs, work_dir / "inputs.pt")
+    run_fresh(
+        REMOTE_LOAD,
+        [str(model_dir), str(work_dir / "inputs.pt"), str(work_dir / "out.pt")],
+        work_dir,
+        environment,
+    )
     return torch.load(work_dir / "out.pt")
 
 

@@ -103,7 +103,7 @@ def test_forward_shapes_and_views(backbone, size, grid):
     torch.testing.assert_close(out.embeddings[:, 1], model(views[:, 1]).embeddings)
     momentum = model(views, momentum=True)
     assert momentum.text_embeds is None and momentum.embeddings.shape == (4, 2, 8)
-    torch.testing.assert_close(model.get_image_features(views[:, 0]), out.features[:, 0])
+    torch.testing.assert_close(model.get_image_features(views[:, 0]).pooler_output, out.features[:, 0])
 
 
 def test_views_keep_their_own_batchnorm_statistics():
@@ -120,7 +120,7 @@ def test_resnet_feature_is_the_pooled_last_map():
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         expected = model.backbone(pixel_values=x).pooler_output.flatten(1)
-        torch.testing.assert_close(model.get_image_features(x), expected)
+        torch.testing.assert_close(model.get_image_features(x).pooler_output, expected)
     assert isinstance(model.backbone, ResNetModel)
 
 

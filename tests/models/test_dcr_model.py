@@ -26,7 +26,9 @@ def _embeds(output):
 def test_from_clip_copies_tower_and_projection(clip):
     model = DCRModel.from_clip(clip, condition_dim=16, num_condition_tokens=5).eval()
     x = torch.rand(3, 3, 16, 16)
-    torch.testing.assert_close(model.get_image_features(x), _embeds(clip.get_image_features(pixel_values=x)))
+    torch.testing.assert_close(
+        model.get_image_features(x).pooler_output, _embeds(clip.get_image_features(pixel_values=x))
+    )
     assert model.config.image_embed_dim == 24  # CLIP feeds the projector its projected embedding
     assert model.projector.linear_1.in_features == 24 and model.projector.linear_2.out_features == 16
     assert model.config.projector_hidden_dim == 16  # official clip_dim = condition width
@@ -37,7 +39,7 @@ def test_from_clip_checkpoint_paths(clip, tmp_path):
     from_dir = DCRModel.from_clip(str(tmp_path / "clip"), condition_dim=16, num_condition_tokens=5).eval()
     x = torch.rand(2, 3, 16, 16)
     torch.testing.assert_close(
-        from_dir.get_image_features(x), _embeds(clip.get_image_features(pixel_values=x))
+        from_dir.get_image_features(x).pooler_output, _embeds(clip.get_image_features(pixel_values=x))
     )
     from_dir.vision_model.save_pretrained(tmp_path / "vision-only")  # a bare tower has no projection to copy
     with pytest.raises(ValueError, match="does not hold a complete CLIPVisionModelWithProjection"):
@@ -95,7 +97,7 @@ def test_siglip_tower_uses_pooled_output():
     model = DCRModel.from_clip(tower, condition_dim=16, condition_mode="cls").eval()
     assert model.visual_projection is None and model.config.image_embed_dim == 32
     x = torch.rand(2, 3, 16, 16)
-    torch.testing.assert_close(model.get_image_features(x), tower(pixel_values=x).pooler_output)
+    torch.testing.assert_close(model.get_image_features(x).pooler_output, tower(pixel_values=x).pooler_output)
 
 
 def test_config_validation():

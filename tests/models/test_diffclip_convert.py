@@ -19,6 +19,7 @@ from transformers import AutoImageProcessor, CLIPConfig, CLIPImageProcessor, CLI
 from hf_vrl.contrastive import clip_contrastive_loss
 from hf_vrl.data import ImageTextCollator, load_toy_tokenizer, shapes_dataset
 from hf_vrl.errors import UserError
+from hf_vrl.methods import diffclip
 from hf_vrl.methods.diffclip.convert import (
     SYNTHETIC,
     calibration_inputs,
@@ -29,7 +30,6 @@ from hf_vrl.methods.diffclip.convert import (
     set_lambda,
 )
 from hf_vrl.methods.diffclip.processors import slip_image_processor
-from hf_vrl.models.diffclip import DiffCLIPModel
 from hf_vrl.trainer import in_batch_accuracy
 
 WIDTH, HEADS, LAYERS, PATCH, IMAGE, VOCAB, CONTEXT, PROJECTION = 32, 4, 2, 4, 16, 40, 16, 16
@@ -57,7 +57,7 @@ def embeddings(model, pixel_values, input_ids, attention_mask):
 
 def test_from_clip_copies_every_weight_and_starts_close_to_clip(clip):
     # This random CLIP is evaluated on N(0, 1) pixels, which the data-free calibration matches.
-    model = DiffCLIPModel.from_clip(clip, calibration_data=SYNTHETIC).eval()
+    model = diffclip.from_clip(clip, calibration_data=SYNTHETIC).eval()
     naive = diffclip_from_clip(clip, differential_init="random", calibration_data=SYNTHETIC).eval()
     clip_state, model_state = clip.state_dict(), model.state_dict()
     assert len(model_state) == len(clip_state) + 2 * LAYERS * 5
@@ -84,7 +84,7 @@ def test_from_clip_copies_every_weight_and_starts_close_to_clip(clip):
 def test_from_clip_dagger_keeps_the_text_tower_exact_and_accepts_a_path(clip, tmp_path):
     clip.save_pretrained(tmp_path)
     calibration = {"pixel_values": torch.randn(4, 3, IMAGE, IMAGE), "input_ids": text_batch()[0]}
-    model = DiffCLIPModel.from_clip(
+    model = diffclip.from_clip(
         str(tmp_path),
         diff_attention_in_text=False,
         lambda_init_schedule="depth",
@@ -248,8 +248,8 @@ def test_from_clip_starts_close_to_a_trained_clip_where_data_free_calibration_do
     batch = [test[key] for key in ("pixel_values", "input_ids", "attention_mask")]
     clip_accuracy = closeness(clip, clip, batch)[2]
     # By path: its own processor and tokenizer; by default calibrated on the shapes world.
-    converted = DiffCLIPModel.from_clip(str(trained_clip)).eval()
-    data_free = DiffCLIPModel.from_clip(str(trained_clip), calibration_data=SYNTHETIC).eval()
+    converted = diffclip.from_clip(str(trained_clip)).eval()
+    data_free = diffclip.from_clip(str(trained_clip), calibration_data=SYNTHETIC).eval()
     image, text, accuracy = closeness(converted, clip, batch)
     free_image, free_text, free_accuracy = closeness(data_free, clip, batch)
     print(
@@ -267,7 +267,7 @@ def test_from_clip_starts_close_to_a_trained_clip_where_data_free_calibration_do
 @pytest.mark.parametrize("target", [-1.0, 0.0, 0.8, 1.3])
 def test_set_lambda_hits_the_target_with_nonzero_vectors(target):
     clip = CLIPModel(CLIPConfig(**tiny_config_kwargs()))
-    model = DiffCLIPModel.from_clip(clip, differential_init="random", calibration_data=SYNTHETIC)
+    model = diffclip.from_clip(clip, differential_init="random", calibration_data=SYNTHETIC)
     attention = model.text_model.encoder.layers[1].self_attn
     set_lambda(attention, target)
     assert attention.lambda_full().item() == pytest.approx(target, abs=1e-6)
@@ -461,7 +461,7 @@ def test_official_checkpoint_loads_safely_and_matches_the_released_math(tmp_path
     state = official_state_dict()
     path = tmp_path / "checkpoint_best.pt"
     torch.save(slip_checkpoint(state), path)
-    model = DiffCLIPModel.from_official_checkpoint(path).eval()
+    model = diffclip.from_official_checkpoint(path).eval()
     config = model.config
     assert (config.vision_config.hidden_act, config.text_config.hidden_act) == ("gelu", "quick_gelu")
     assert not config.vision_config.pre_layernorm and config.text_config.eos_token_id == VOCAB - 1
@@ -477,8 +477,8 @@ def test_slip_plain_text_blocks_map_fused_in_proj_to_q_k_v(tmp_path):
     path = tmp_path / "dagger.pt"
     torch.save(slip_checkpoint(state), path)
     with pytest.raises(UserError, match=r"32 wide.*text_config=\{'num_attention_heads': H\}"):
-        DiffCLIPModel.from_official_checkpoint(path)  # narrow: the head count cannot be read off
-    model = DiffCLIPModel.from_official_checkpoint(path, text_config={"num_attention_heads": HEADS}).eval()
+        diffclip.from_official_checkpoint(path)  # narrow: the head count cannot be read off
+    model = diffclip.from_official_checkpoint(path, text_config={"num_attention_heads": HEADS}).eval()
     assert not model.config.text_config.differential_attention
     assert model.config.vision_config.differential_attention
     attention = model.text_model.encoder.layers[1].self_attn
@@ -498,7 +498,7 @@ def test_plain_text_heads_are_openai_64_wide_and_fused_shapes_are_checked(tmp_pa
     state["transformer.resblocks.0.attn.in_proj_weight"] = torch.zeros(3 * 128 + 3, 128)
     torch.save(slip_checkpoint(state), tmp_path / "bad.pt")
     with pytest.raises(ValueError, match=r"layers.0.self_attn.q_proj.weight: checkpoint shape \(129, 128\)"):
-        DiffCLIPModel.from_official_checkpoint(tmp_path / "bad.pt")
+        diffclip.from_official_checkpoint(tmp_path / "bad.pt")
 
 
 def test_official_checkpoint_with_unknown_or_missing_keys_is_refused(tmp_path):
@@ -509,7 +509,7 @@ def test_official_checkpoint_with_unknown_or_missing_keys_is_refused(tmp_path):
     with pytest.raises(
         ValueError, match=r"missing keys \['ln_final.bias'\], unknown keys \['visual.head.weight'\]"
     ):
-        DiffCLIPModel.from_official_checkpoint(tmp_path / "ckpt.pt")
+        diffclip.from_official_checkpoint(tmp_path / "ckpt.pt")
 
 
 class Exploit:

@@ -12,6 +12,7 @@ from transformers import AutoModel, AutoProcessor, AutoTokenizer, CLIPImageProce
 
 from hf_vrl.cli import main as cli_main
 from hf_vrl.errors import UserError
+from hf_vrl.methods import diffclip
 from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.models.diffclip import DiffCLIPModel
 from hf_vrl.presets import preset_path
@@ -22,7 +23,8 @@ def _check_folder(out) -> DiffCLIPModel:
     assert isinstance(model, DiffCLIPModel)
     auto_map = json.loads((out / "config.json").read_text())["auto_map"]
     assert auto_map["AutoModelForZeroShotImageClassification"] == "modeling_diffclip.DiffCLIPModel"
-    assert (out / "modeling_diffclip.py").is_file() and (out / "preprocessor_config.json").is_file()
+    assert (out / "modeling_diffclip.py").is_file() and (out / "differential_attention.py").is_file()
+    assert (out / "preprocessor_config.json").is_file()
     return model
 
 
@@ -57,7 +59,7 @@ def test_convert_an_official_checkpoint_and_refuse_a_full_folder(tmp_path):
     torch.save(slip_checkpoint(official_state_dict()), path)
     out = tmp_path / "diffclip"
     assert cli_main(["convert", "diffclip", "--official", str(path), "--output", str(out)]) == 0
-    expected = DiffCLIPModel.from_official_checkpoint(path)
+    expected = diffclip.from_official_checkpoint(path)
     model = _check_folder(out)
     for name, tensor in expected.state_dict().items():
         torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0)

@@ -15,12 +15,12 @@ from remote_code import COMPAT_CACHE
 from test_diffclip_model import make_model
 from test_diffclip_reference import text_batch
 
-from hf_vrl.models.diffclip.modeling_diffclip import (
-    DiffCLIPAttention,
+from hf_vrl.models.diffclip.differential_attention import (
     DiffCLIPRMSNorm,
     differential_tail,
     differential_tail_reference,
 )
+from hf_vrl.models.diffclip.modeling_diffclip import DiffCLIPAttention
 
 
 def tail_inputs(device, dtype=torch.float32, shape=(2, 5, 3, 16), seed=0):
@@ -162,8 +162,8 @@ def test_fused_qkv_equals_separate_projections_and_yields_to_adapters():
 
 TRITON_CHECK = """
 import torch
-from hf_vrl.models.diffclip.modeling_diffclip import DiffCLIPRMSNorm, DifferentialTail
-from hf_vrl.models.diffclip.modeling_diffclip import differential_tail_reference
+from hf_vrl.models.diffclip.differential_attention import DiffCLIPRMSNorm, DifferentialTail
+from hf_vrl.models.diffclip.differential_attention import differential_tail_reference
 torch.manual_seed(0)
 cases = ((torch.float32, (2, 9, 3, 16)), (torch.bfloat16, (3, 5, 2, 24)), (torch.float32, (1, 300, 128)))
 for dtype, shape in cases:
@@ -205,7 +205,7 @@ def triton_environment() -> str:
 @pytest.mark.slow
 def test_triton_kernels_equal_the_reference_in_the_interpreter():
     """The CUDA kernels of `DifferentialTail`, run by Triton's CPU interpreter (TRITON_INTERPRET=1, set before
-    the modeling file defines them), forward and backward against the plain reference."""
+    `differential_attention.py` defines them), forward and backward against the plain reference."""
     source = Path(__file__).resolve().parents[2] / "src"
     path = os.pathsep.join(
         p for p in (triton_environment(), str(source), os.environ.get("PYTHONPATH", "")) if p

@@ -35,9 +35,8 @@ def test_save_then_fresh_process_remote_code_load_is_identical(tmp_path):
     model = tiny_model(diff_attention_in_text=False, vision_config={"lambda_init_schedule": "depth"})
     model_dir = tmp_path / "model"
     model.save_pretrained(model_dir)
-    assert {"config.json", "model.safetensors", "configuration_diffclip.py", "modeling_diffclip.py"} <= set(
-        os.listdir(model_dir)
-    )
+    code = {"configuration_diffclip.py", "modeling_diffclip.py", "differential_attention.py"}
+    assert {"config.json", "model.safetensors", *code} <= set(os.listdir(model_dir))
     config = json.loads((model_dir / "config.json").read_text())
     assert config["auto_map"] == {
         "AutoConfig": "configuration_diffclip.DiffCLIPConfig",

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import transformers
 from test_diffclip_reference import reference_differential_attention, text_batch, tiny_config_kwargs
 from transformers import CLIPConfig, CLIPModel, CLIPTextConfig, CLIPTextModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
@@ -55,8 +56,11 @@ def test_refused_configs_say_what_to_change(kwargs, message):
 
 
 def test_top_level_values_reach_both_towers_and_contradictions_are_refused():
-    with pytest.raises(ValueError, match=r"text_config.projection_dim=8 contradicts .* make them equal"):
-        DiffCLIPConfig(projection_dim=16, text_config=DiffCLIPTextConfig(projection_dim=8))
+    # a tower's own projection_dim may differ (as in CLIPConfig): test_model_contract.py
+    assert (
+        DiffCLIPConfig(projection_dim=16, text_config=DiffCLIPTextConfig(projection_dim=8)).projection_dim
+        == 16
+    )
     with pytest.raises(ValueError, match="vision_config.lambda_init=0.5 contradicts"):
         DiffCLIPConfig(lambda_init=0.7, vision_config={"lambda_init": 0.5})
     text_config = {"hidden_size": 64}
@@ -160,8 +164,19 @@ def test_padding_after_eos_leaves_text_embedding_unchanged(implementation):
         padded = model.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
         alone = model.get_text_features(input_ids=input_ids[2:, :5]).pooler_output
     torch.testing.assert_close(padded[2:], alone, atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="no EOS token"):
-        model.get_text_features(input_ids=input_ids[2:, :4])
+
+
+def test_a_text_without_eos_is_pooled_at_its_first_token_as_clip_does(caplog):
+    """CLIPTextTransformer pools at argmax(ids == eos), position 0 where there is none; DiffCLIP does the same
+    (so a converted CLIP keeps its numbers) and says so once."""
+    model = make_model("sdpa")
+    input_ids, _ = text_batch()
+    cut = input_ids[2:, :4]  # its EOS cut off
+    transformers.utils.logging.warning_once.cache_clear()  # said once per process: an earlier test may have
+    with torch.no_grad(), caplog.at_level("WARNING"):
+        out = model.text_model(input_ids=cut)
+    torch.testing.assert_close(out.pooler_output, out.last_hidden_state[:, 0], rtol=0, atol=0)
+    assert "no EOS token (id 3)" in caplog.text
 
 
 def test_output_attentions_are_the_differential_maps():

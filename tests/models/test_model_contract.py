@@ -5,8 +5,11 @@ the model's own rule, and compose its configuration from sub-configs as transfor
 
 from __future__ import annotations
 
+import ast
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,11 +21,15 @@ from transformers import (
     CLIPTextConfig,
     CLIPVisionConfig,
     ResNetConfig,
+    ResNetModel,
     SiglipVisionConfig,
     SiglipVisionModel,
     ViTConfig,
+    ViTModel,
 )
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+import hf_vrl.models
 from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.models.clue import CLUEConfig, CLUEModel
 from hf_vrl.models.dcr import DCRConfig, DCRModel
@@ -286,12 +293,32 @@ def test_diffclip_composes_from_tower_configs_as_clip_does():
         vision_config=DiffCLIPVisionConfig(projection_dim=64), text_config={"hidden_size": 64}
     )
     assert (config.projection_dim, config.text_config.projection_dim) == (64, 64)
-    with pytest.raises(ValueError, match="differ; set the top-level projection_dim"):
-        DiffCLIPConfig(
-            text_config=DiffCLIPTextConfig(projection_dim=8),
-            vision_config=DiffCLIPVisionConfig(projection_dim=16),
-        )
     assert DiffCLIPConfig.from_dict(config.to_dict()) == config
+
+
+def test_diffclip_towers_keep_a_projection_dim_of_their_own_as_clip_does():
+    """CLIPConfig takes towers whose projection_dim differs from the joint one (transformers' CLIP tester: 32
+    and 64; hf_vrl's tiny-clip preset: 512 and 64): the dual model projects to the top-level width, a
+    `*WithProjection` tower to its own, and the values survive a save."""
+    towers = {"text_config": {"projection_dim": 512}, "vision_config": {"projection_dim": 512}}
+    clip = CLIPConfig(**towers, projection_dim=64)
+    config = DiffCLIPConfig(**towers, projection_dim=64)
+    for got in (config, DiffCLIPConfig.from_dict(config.to_dict())):
+        assert (got.projection_dim, got.text_config.projection_dim, got.vision_config.projection_dim) == (
+            clip.projection_dim,
+            clip.text_config.projection_dim,
+            clip.vision_config.projection_dim,
+        )
+    config = DiffCLIPConfig(**tiny_config_kwargs(text_config={"projection_dim": 24}))
+    assert (config.projection_dim, config.text_config.projection_dim) == (16, 24)
+    with torch.no_grad():
+        dual = DiffCLIPModel(config).eval()
+        assert dual.get_text_features(**_text()).pooler_output.shape[-1] == 16
+        tower = DiffCLIPTextModelWithProjection(config.text_config).eval()
+        assert tower(**_text()).text_embeds.shape[-1] == 24
+    # towers that differ with no joint width given: CLIPConfig's default
+    split = {"text_config": {"projection_dim": 8}, "vision_config": {"projection_dim": 16}}
+    assert DiffCLIPConfig(**split).projection_dim == CLIPConfig(**split).projection_dim == 512
 
 
 @pytest.mark.parametrize(
@@ -313,3 +340,89 @@ def test_diffclip_composes_from_tower_configs_as_clip_does():
 def test_configs_compose_from_sub_config_objects_and_round_trip(build):
     config = build()
     assert type(config).from_dict(config.to_dict()).to_dict() == config.to_dict()
+
+
+HUB_IMPORTS = {"torch", "transformers", "triton"} | set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize(
+    "file", sorted(Path(hf_vrl.models.__file__).parent.glob("*/*_*.py")), ids=lambda path: path.name
+)
+def test_hub_facing_files_import_only_torch_transformers_and_their_siblings(file):
+    """What `trust_remote_code` loads: no hf_vrl (not even inside a function), relative imports of sibling
+    files only (transformers copies those along; `from .. import` it cannot)."""
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.Import):
+            assert {alias.name.split(".")[0] for alias in node.names} <= HUB_IMPORTS, ast.unparse(node)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            assert node.level == 1 and (file.parent / f"{node.module}.py").is_file(), ast.unparse(node)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.module.split(".")[0] in HUB_IMPORTS, ast.unparse(node)
+
+
+# what each model's forward gives as the image embedding that get_image_features returns
+IMAGE_EMBEDDING = {
+    "diffclip": lambda output: output.vision_model_output.pooler_output,
+    "dcr": lambda output: output.image_embeds,
+    "dcr-siglip": lambda output: output.image_embeds,
+    "clue-resnet": lambda output: output.features,
+    "clue-vit": lambda output: output.features,
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMAGE_EMBEDDING))
+def test_get_image_features_is_one_contract(name):
+    """As CLIPModel's in transformers 5: a BaseModelOutputWithPooling whose pooler_output is the embedding,
+    the tower's hidden states (and attention maps) when asked, a tuple with return_dict=False."""
+    case = CASES[name]
+    model = case.build()
+    pixels = {"pixel_values": case.inputs()["pixel_values"]}
+    with torch.no_grad():
+        output = model.get_image_features(**pixels)
+        expected = IMAGE_EMBEDDING[name](model(**case.inputs()))
+        hidden = model.get_image_features(**pixels, output_hidden_states=True).hidden_states
+        as_tuple = model.get_image_features(**pixels, return_dict=False)
+    assert isinstance(output, BaseModelOutputWithPooling) and output.hidden_states is None
+    torch.testing.assert_close(output.pooler_output, expected, rtol=0, atol=0)
+    assert isinstance(hidden, tuple) and len(hidden) > 1
+    assert isinstance(as_tuple, tuple)
+    _assert_same_outputs(as_tuple, output.to_tuple())
+
+
+def test_clue_with_a_vit_returns_the_hidden_states_asked_for():
+    """output_hidden_states=[0, 2] gives those layers, as ViTModel does (the others None), in one view or in
+    several."""
+    config = CLUEConfig(backbone_config={**TINY_VIT, "num_hidden_layers": 3}, num_parts=2, **TINY_HEADS)
+    model = _seeded(lambda: CLUEModel(config))()
+    x = _pixels()
+    with torch.no_grad():
+        every = model(**x, output_hidden_states=True).hidden_states
+        chosen = model(**x, output_hidden_states=[0, 2]).hidden_states
+        vit = model.backbone(**x, output_hidden_states=[0, 2]).hidden_states
+        features = model.get_image_features(**x, output_hidden_states=[0, 2]).hidden_states
+        views = model(pixel_values=torch.stack([x["pixel_values"]] * 2, dim=1), output_hidden_states=[2])
+    assert [h is None for h in chosen] == [h is None for h in vit] == [False, True, False, True]
+    for index in (0, 2):
+        torch.testing.assert_close(chosen[index], every[index], rtol=0, atol=0)
+        torch.testing.assert_close(features[index], every[index], rtol=0, atol=0)
+    assert views.hidden_states[0] is None and views.hidden_states[2].shape[1] == 2
+
+
+def test_clue_gradient_checkpointing_and_input_embeddings_are_its_backbones():
+    vit, resnet = CASES["clue-vit"].build(), CASES["clue-resnet"].build()
+    assert vit.supports_gradient_checkpointing and not resnet.supports_gradient_checkpointing
+    assert vit.get_input_embeddings() is vit.backbone.get_input_embeddings()
+    assert resnet.get_input_embeddings() is resnet.backbone.embedder.embedder
+    assert {*ViTModel._no_split_modules, *ResNetModel._no_split_modules} <= set(CLUEModel._no_split_modules)
+    with pytest.raises(ValueError, match="does not support"):
+        resnet.gradient_checkpointing_enable()
+    gradients = []
+    for checkpointing in (False, True):
+        model = CASES["clue-vit"].build().train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model(**_pixels()).embeddings.square().sum().backward()
+        gradients.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    assert gradients[0].keys() == gradients[1].keys() and gradients[0]
+    for name, gradient in gradients[0].items():
+        torch.testing.assert_close(gradients[1][name], gradient, msg=name)

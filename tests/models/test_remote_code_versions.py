@@ -9,16 +9,13 @@ and reused; the child runs this torch with that folder first on PYTHONPATH.
 import pytest
 import torch
 from clue_helpers import TINY_HEADS, TINY_RESNET
-from remote_code import remote_load, transformers_environment
+from remote_code import TRANSFORMERS_RELEASES, remote_load, transformers_environment
 from test_diffclip_reference import text_batch, tiny_config_kwargs
 
 from hf_vrl.methods.dcr.toy import tiny_clip
 from hf_vrl.models.clue import CLUEConfig, CLUEModel
 from hf_vrl.models.dcr import DCRModel
 from hf_vrl.models.diffclip import DiffCLIPConfig, DiffCLIPModel
-
-# 4.57: the last 4.x (what most LLaVA code pins); 5.0: the oldest 5.x; 5.17: the GPU image's; 5.23: newest.
-VERSIONS = ("4.57.6", "5.0.0", "5.17.0", "5.23.0")
 
 
 def saved_models(root):
@@ -55,7 +52,7 @@ def saved_models(root):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", TRANSFORMERS_RELEASES)
 def test_remote_code_loads_identically_on_transformers(version, tmp_path):
     environment = transformers_environment(version)
     for name, (model_dir, inputs, expected, class_name) in saved_models(tmp_path).items():

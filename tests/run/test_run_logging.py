@@ -13,6 +13,7 @@ from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
 import hf_vrl
 from hf_vrl.errors import UserError
+from hf_vrl.run.report import metric_numbers
 
 # dive-tiny shrunk: a tiny CLIP pre-trained for 3 steps, then 3 DiVE steps logged one by one
 TINY = dict(
@@ -62,3 +63,24 @@ def test_an_unknown_or_missing_logger_is_refused_before_the_run_writes(tmp_path)
     with pytest.raises(UserError, match="'all' and 'none' stand alone"):
         hf_vrl.train("dive", output_dir=str(out), report_to=["none", "tensorboard"], **TINY)
     assert not out.exists()
+
+
+def test_the_evaluation_goes_to_the_loggers_as_the_trainers_does(tmp_path):
+    """Every number of the report's before / after sections as `eval/<task>.<metric>` in TensorBoard (the
+    Trainer's `eval_` prefix), at step 0 and at the last step, beside the stage's training scalars."""
+    out = tmp_path / "run"
+    report = hf_vrl.train(
+        "diffclip", output_dir=str(out), max_steps=2, train_limit=16, batch_size=8, eval_limit=8,
+        logging_steps=1, report_to=["tensorboard"], figures=False,
+    )  # fmt: skip
+    events = EventAccumulator(str(out / "logs" / "tensorboard" / "train"))
+    events.Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    assert "train/loss" in scalars
+    before, after = metric_numbers(report["before"]), metric_numbers(report["after"])
+    assert {tag for tag in scalars if tag.startswith("eval/")} == {f"eval/{name}" for name in after}
+    assert {"zero_shot.top1", "retrieval.i2t_R@1"} <= set(after)
+    assert not [name for name in after if ".data." in name]  # the data records are not metrics
+    for name, value in after.items():
+        steps, values = zip(*scalars[f"eval/{name}"])
+        assert steps == (0, 2) and values == pytest.approx([before[name], value])

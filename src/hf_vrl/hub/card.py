@@ -24,7 +24,7 @@ from hf_vrl.hub.data_names import (
 )
 from hf_vrl.hub.folder import ModelFolder
 from hf_vrl.hub.methods import MODEL_CARDS, MethodCard, method_card
-from hf_vrl.hub.results import eval_results, protocols, results_table
+from hf_vrl.hub.results import data_table, eval_results, protocols, results_table
 from hf_vrl.hub.usage import load_info
 
 __all__ = ["BASE_MODEL_LICENSES", "DEFAULT_LICENSE", "build_model_card", "model_card"]
@@ -97,7 +97,7 @@ def model_card(
     method = method_card(folder.method)
     base = base_model or _base_model_id(config, method)
     train, evaluation, mmvp = _data(config, method)
-    results = eval_results(report, evaluation, _get(config, "eval.eval_split") or "test", mmvp)
+    results = eval_results(report)
     card_data = ModelCardData(
         library_name="transformers",
         pipeline_tag=folder.pipeline_tag,
@@ -106,7 +106,7 @@ def model_card(
         # `datasets` is the training data; what the model was scored on is in the model-index
         datasets=datasets or ([train.hub_id] if train and train.hub_id else None),
         license=license or _license(base),
-        model_name=repo_id.split("/")[-1],
+        model_name=repo_id.split("/")[-1] if results else None,  # the model-index's name: with results only
         eval_results=results or None,
         widget=ZERO_SHOT_WIDGET if folder.pipeline_tag == "zero-shot-image-classification" else None,
     )
@@ -139,7 +139,6 @@ def _model_folder_card(
         base_model=base,
         datasets=datasets,
         license=license or _license(base),
-        model_name=repo_id.split("/")[-1],
         widget=ZERO_SHOT_WIDGET if folder.pipeline_tag == "zero-shot-image-classification" else None,
     )
     source = record.get("source") or {}
@@ -197,7 +196,11 @@ def _template_values(
         "training_table": _training_table(config, report),
         "settings_table": _settings_table(config, method),
         "results_table": results_table(report),
+        "data_table": data_table(report),
         "protocols": _protocols_text(report),
+        "compute_table": _compute_table(report),
+        "out_of_scope": _out_of_scope(config),
+        "limitations": _limitations(config, report),
         "figures": [f"figures/{p.name}" for p in sorted(folder.run.figures.glob("*.png"))],
     }
 
@@ -272,6 +275,71 @@ def _base_model_text(config: Mapping[str, Any], method: MethodCard, base: str | 
     if not isinstance(value, str):
         return None
     return f"a local checkpoint (`{Path(value).name}`)" if is_local(value) else f"hf_vrl's `{value}` preset"
+
+
+# -- uses, limitations, compute ------------------------------------------------------------------------------
+
+TOY_DATA = frozenset({"shapes", "digits", "fashion_mnist", "animal_mnist"})  # hf_vrl's offline sets
+
+
+def _toy(config: Mapping[str, Any]) -> bool:
+    return _get(config, "data.dataset") in TOY_DATA
+
+
+def _out_of_scope(config: Mapping[str, Any]) -> str:
+    """The out-of-scope uses every card states (markdown bullets)."""
+    lines = [
+        "- Decisions about people (identification, surveillance, profiling) or any other high-stakes use: "
+        "the model carries the biases of its training data, and nothing here measured them.",
+        "- Reporting its evaluation as a benchmark result: those numbers are the training run's own checks, "
+        "on the data listed with them.",
+    ]
+    if _toy(config):
+        lines.insert(0, "- Anything but seeing the method run: the model was trained on toy data (below).")
+    return "\n".join(lines)
+
+
+def _limitations(config: Mapping[str, Any], report: Mapping[str, Any]) -> str:
+    """The limitations every card states (markdown bullets): toy data, the run's budget."""
+    train = report.get("train") or {}
+    lines = []
+    if _toy(config):
+        data = describe_dataset(_get(config, "data.dataset"))
+        lines.append(
+            f"- Toy data: a miniature of the paper's experiment, trained on {data.name}, small "
+            "low-resolution images hf_vrl ships for runs without downloads. It shows the method running end "
+            "to end; it is not a useful encoder."
+        )
+    lines.append(
+        f"- Its training budget: {train.get('steps', '–')} optimiser steps in "
+        f"{_duration(train.get('runtime_s'))} (Training compute above), far from a paper's; its numbers are "
+        "this run's, not the paper's."
+    )
+    return "\n".join(lines)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _compute_table(report: Mapping[str, Any]) -> str:
+    """Per training stage: optimiser steps, training time (over all resumes) and hardware, as the report
+    records them."""
+    stages = (report.get("train") or {}).get("stages") or {}
+    rows = [
+        [
+            name,
+            stage.get("steps", "–"),
+            _duration(stage.get("runtime_s")),
+            stage.get("hardware", "not recorded"),
+        ]
+        for name, stage in stages.items()
+    ]
+    return markdown.table(["stage", "optimiser steps", "training time", "hardware"], rows, "lrrl")
 
 
 # -- tables --------------------------------------------------------------------------------------------------

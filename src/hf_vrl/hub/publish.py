@@ -27,7 +27,16 @@ from hf_vrl.hub.data_names import is_hub_id, without_paths
 from hf_vrl.hub.folder import CONVERSION_RECORD, ModelFolder
 from hf_vrl.hub.remote_code import write_remote_code
 
-__all__ = ["CARD", "RUN_RECORD", "Publication", "check_repo_id", "publish"]
+__all__ = [
+    "CARD",
+    "RUN_RECORD",
+    "Publication",
+    "check_repo_id",
+    "check_write_access",
+    "portable_files",
+    "portable_json",
+    "publish",
+]
 
 CARD = "README.md"
 RUN_RECORD = "run"  # run/config.json, run/report.json in the repo
@@ -132,6 +141,61 @@ def check_repo_id(repo_id: str) -> None:
         raise UserError(f"give the full repo id, owner/name (e.g. your-name/{repo_id}), not {repo_id!r}")
 
 
+ORG_ROLES_THAT_CREATE = frozenset(
+    {"admin", "write", "contributor"}
+)  # Hub organisation roles that create repos
+
+
+def check_write_access(repo_id: str, api: Any = None) -> None:
+    """That the token of `api` (default: the environment's) can write to `repo_id`, before anything is
+    trained or staged: the Hub's write check of the repo where it exists, else the token's rights on the
+    namespace the repo would be created in (`whoami`: a write token of the user, or of an organisation where
+    the user may create repos; a fine-grained token with `repo.write` on it). A one-line UserError
+    otherwise."""
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    api = api or _default_api(None)
+    try:
+        identity = api.whoami()
+    except HfHubHTTPError as error:
+        status = getattr(error.response, "status_code", "no answer")
+        raise UserError(
+            f"the Hub refused the token ({status}): log in again (hf auth login) or set a valid HF_TOKEN"
+        ) from None
+    user = identity.get("name", "this token")
+    try:
+        api.auth_check(repo_id, write=True)
+        return
+    except RepositoryNotFoundError:
+        pass  # not there (or not visible to the token): it is created in its namespace
+    except HfHubHTTPError:
+        raise UserError(
+            f"{user}'s token cannot write to {repo_id}: use a token with write access to it (hf auth login)"
+        ) from None
+    namespace = repo_id.split("/")[0]
+    if not _can_create_in(identity, namespace):
+        raise UserError(
+            f"{user}'s token cannot create {repo_id} in {namespace!r}: a write token of {namespace!r} (or a "
+            "fine-grained one with repo.write there) is needed, or give a repo id in your own namespace"
+        )
+
+
+def _can_create_in(identity: dict[str, Any], namespace: str) -> bool:
+    """Whether the `whoami` answer allows creating a repo in `namespace`."""
+    orgs = {org.get("name"): org.get("roleInOrg") for org in identity.get("orgs") or []}
+    if namespace != identity.get("name") and orgs.get(namespace) not in ORG_ROLES_THAT_CREATE:
+        return False
+    token = (identity.get("auth") or {}).get("accessToken") or {}
+    if token.get("role") == "fineGrained":
+        scoped = (token.get("fineGrained") or {}).get("scoped") or []
+        return any(
+            (grant.get("entity") or {}).get("name") == namespace
+            and "repo.write" in grant.get("permissions", [])
+            for grant in scoped
+        )
+    return token.get("role") == "write"
+
+
 def _default_api(token: str | None) -> Any:
     """An `HfApi` with `token`, else the environment's; refuses early when there is none."""
     from huggingface_hub import HfApi, get_token
@@ -198,8 +262,7 @@ def _stage_model(target: Path, folder: ModelFolder) -> None:
     _link(files, target)
     if folder.needs_code:
         write_remote_code(folder.path, target)
-    for name in MACHINE_STATE_FILES:
-        _without_machine_state(target / name)
+    portable_files(target)
     record = target / CONVERSION_RECORD
     if record.is_file():  # the converted checkpoint's local path is the user's business
         data = json.loads(record.read_text())
@@ -210,12 +273,23 @@ def _stage_model(target: Path, folder: ModelFolder) -> None:
 # files whose saved values can describe the machine that saved them; keys (at any depth) left out of them
 MACHINE_STATE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json")
 MACHINE_STATE_KEYS = frozenset({"local_files_only", "is_local", "cache_dir", "token", "use_auth_token"})
+# transformers 5's generic tokenizer class, which 4.x does not know, by the name both resolve to it
+PORTABLE_TOKENIZER_CLASSES = {"TokenizersBackend": "PreTrainedTokenizerFast"}
 
 
-def _without_machine_state(file: Path) -> None:
-    """Replace the staged `file` (a link into the run) by a copy without what only meant something on the
-    machine that saved it: loading options (`local_files_only`, `is_local`, `cache_dir`, tokens) and
-    `_name_or_path` values that are local paths (a sub-config's source, e.g. CLUE's `runs/.../backbone`)."""
+def portable_files(folder: Path) -> None:
+    """The saved JSON files of a model folder (`MACHINE_STATE_FILES`) as every supported transformers loads
+    them, each rewritten by `portable_json` where needed."""
+    for name in MACHINE_STATE_FILES:
+        portable_json(Path(folder) / name)
+
+
+def portable_json(file: Path) -> None:
+    """Replace `file` (a file, or a staged link into the run: the run is left alone) by a copy without what
+    only meant something on the machine and the transformers that saved it: loading options
+    (`local_files_only`, `is_local`, `cache_dir`, tokens), `_name_or_path` values that are local paths (a
+    sub-config's source, e.g. CLUE's `runs/.../backbone`), and a tokenizer class only transformers 5 knows
+    (`PORTABLE_TOKENIZER_CLASSES`)."""
     if not file.is_file():
         return
     data = json.loads(file.read_text())
@@ -236,6 +310,8 @@ def _clean(value: Any) -> Any:
             continue
         if key == "_name_or_path" and isinstance(item, str) and item and not _hub_id(item):
             item = ""
+        if key == "tokenizer_class" and item in PORTABLE_TOKENIZER_CLASSES:
+            item = PORTABLE_TOKENIZER_CLASSES[item]
         cleaned[key] = _clean(item)
     return cleaned
 

@@ -1,5 +1,6 @@
-"""The remote code of a published hf_vrl model: `configuration_<name>.py` / `modeling_<name>.py` and the
-`auto_map` that lets `AutoModel.from_pretrained(repo, trust_remote_code=True)` load it without hf_vrl.
+"""The remote code of a published hf_vrl model: `configuration_<name>.py` / `modeling_<name>.py` (with the
+files they import relatively, such as DiffCLIP's `differential_attention.py`) and the `auto_map` that lets
+`AutoModel.from_pretrained(repo, trust_remote_code=True)` load it without hf_vrl.
 
 `save_pretrained` writes both for hf_vrl's models (they call `register_for_auto_class`); `write_remote_code`
 supplies them for a folder saved without (an older hf_vrl, a model re-saved after a remote-code load).
@@ -11,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["auto_map_modules", "code_complete", "hf_vrl_model_type", "write_remote_code"]
+__all__ = ["auto_map_modules", "code_complete", "code_files", "hf_vrl_model_type", "write_remote_code"]
 
 
 def hf_vrl_model_type(config: dict[str, Any]) -> bool:
@@ -31,11 +32,27 @@ def auto_map_modules(config: dict[str, Any]) -> set[str]:
     return modules
 
 
+def code_files(path: Path, config: dict[str, Any]) -> set[str]:
+    """The module files the `auto_map` names and, recursively, those they import relatively (`from .x
+    import`), which transformers fetches with them."""
+    from transformers.dynamic_module_utils import get_relative_imports
+
+    pending, found = sorted(auto_map_modules(config)), set()
+    while pending:
+        module = pending.pop()
+        if module not in found:
+            found.add(module)
+            if (path / module).is_file():
+                pending += [f"{name}.py" for name in get_relative_imports(path / module)]
+    return found
+
+
 def code_complete(path: Path, config: dict[str, Any], require_auto_map: bool = True) -> bool:
-    """Every module the `auto_map` names is in `path` (and, with `require_auto_map`, it maps AutoModel)."""
+    """Every module the `auto_map` names, and every file those import relatively, is in `path` (and, with
+    `require_auto_map`, the `auto_map` maps AutoModel)."""
     if require_auto_map and "AutoModel" not in config.get("auto_map", {}):
         return False
-    return all((path / module).is_file() for module in auto_map_modules(config))
+    return all((path / module).is_file() for module in code_files(path, config))
 
 
 def write_remote_code(model_dir: Path, target: Path) -> list[str]:

@@ -4,10 +4,14 @@
 `METRICS` lists what a card shows, in order; a method whose report adds a section adds its rows here.
 
 The model-index follows the model card spec: task types are Hub task ids, dataset types Hub dataset ids,
-metric types Hub metric ids. So it records the numbers measured on data that is on the Hub
-(`DataName.hub_id`) with a metric the Hub names (`HUB_METRICS`); the rest (local data such as the shapes
-world, CUB-200 or webdataset shards; NMI, ARI, CDNV, which have no Hub metric) stays in the card's table and
-`run/report.json`.
+metric types Hub metric ids. Each entry's data is the data its number was measured on, as the report's
+section records it (`"data"`, `hf_vrl.evaluation.data_record`): the Hub id of that data, its split, the label
+column as `config`, and as `args` the classes kept and the sample limit where the number is not on the whole
+split. So the index records the numbers measured on data that is on the Hub (`DataName.hub_id`), unchanged
+(no synthetic shift), with a metric the Hub names (`HUB_METRICS`); the rest (a section that records no data;
+local data such as the shapes world, CUB-200 or webdataset shards; NMI, ARI, CDNV, which have no Hub metric;
+another subset of data the index already holds for the same task, which its format cannot tell apart) stays
+in the card's table (`data_table` says what each section measured) and `run/report.json`.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_vrl.hub import markdown
-from hf_vrl.hub.data_names import DataName, describe_dataset
+from hf_vrl.hub.data_names import DataName, describe_dataset, describe_mmvp
 
 __all__ = [
     "HUB_METRICS",
     "METRICS",
     "PER_DATASET",
     "CardMetric",
+    "data_table",
     "eval_results",
     "index_names",
     "protocols",
@@ -168,53 +173,118 @@ def protocols(report: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def eval_results(
-    report: Mapping[str, Any], data: DataName | None, split: str, mmvp: DataName | None = None
-) -> list:
-    """The `model-index` of the trained model: one `EvalResult` per metric after training, on `data`
-    (`split`), MMVP on `mmvp`, for the data that is on the Hub and the metrics it names (module docstring)."""
+def _dataset(record: Mapping[str, Any], section: str) -> DataName | None:
+    """The card's name of the data a section `record`s (MMVP pairs by their setting)."""
+    name = record.get("dataset")
+    return describe_mmvp(name) if section in ("mmvp", "pairs") else describe_dataset(name)
+
+
+def _index_data(record: Any, section: str, labels: str | None) -> dict[str, Any] | None:
+    """The model-index `dataset` fields of the data `record` (None when it cannot be named there: no record,
+    not on the Hub, or changed by a transform)."""
+    if not isinstance(record, Mapping) or record.get("transform"):
+        return None
+    data = _dataset(record, section)
+    if data is None or data.hub_id is None:
+        return None
+    args = {key: record[key] for key in ("classes", "limit", "seed") if key in record}
+    return {
+        "dataset_type": data.hub_id,
+        "dataset_name": data.name,
+        "dataset_config": record.get("labels", labels),
+        "dataset_split": record.get("split"),
+        "dataset_args": args or None,
+    }
+
+
+def eval_results(report: Mapping[str, Any]) -> list:
+    """The `model-index` of the trained model: one `EvalResult` per metric after training, on the data its
+    section records (module docstring)."""
     from huggingface_hub import EvalResult
 
     after = report.get("after") or {}
     results = []
     for m in METRICS:
         value = m.value(after)
-        if value is None or not m.indexed:
-            continue
-        dataset = mmvp if m.section in ("mmvp", "pairs") and mmvp is not None else data
-        if dataset is None or dataset.hub_id is None:
+        data = _index_data((after.get(m.section) or {}).get("data"), m.section, m.labels)
+        if value is None or not m.indexed or data is None:
             continue
         task_name, metric_name = index_names(m)
         results.append(
             EvalResult(
                 task_type=m.task_type,
                 task_name=task_name,
-                dataset_type=dataset.hub_id,
-                dataset_name=dataset.name,
-                dataset_config=m.labels,
-                dataset_split=None if dataset is mmvp else split,
                 metric_type=m.metric_type,
                 metric_name=metric_name,
                 metric_config=m.metric_config,
                 metric_value=round(value, 4),
+                **data,
             )
         )
     for section, (task_type, task_name) in PER_DATASET.items():
-        for name, value in (after.get(section) or {}).items():
-            if name == "top1" or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            dataset = describe_dataset(name)
-            if dataset is None or dataset.hub_id is None:
+        numbers = after.get(section) or {}
+        records = numbers.get("data") or {}
+        for name, value in numbers.items():
+            data = _index_data(records.get(name), section, None)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or data is None:
                 continue
             results.append(
                 EvalResult(
                     task_type=task_type,
                     task_name=TASK_NAMES[task_type],
-                    dataset_type=dataset.hub_id,
-                    dataset_name=dataset.name,
                     metric_type="accuracy",
                     metric_name=f"{task_name}: top-1 accuracy",
                     metric_value=round(float(value), 4),
+                    **data,
                 )
             )
-    return results
+    return _one_dataset_per_group(results)
+
+
+def _one_dataset_per_group(results: list) -> list:
+    """The results that keep their data in the model-index: the spec (and huggingface_hub) writes one
+    `dataset` per (task type, dataset, config, split), so a result whose other fields (name, args: classes
+    kept, sample limit) differ from the group's first would be filed under the first's; it stays on the
+    card's table (DiVE's held-out classes beside the fine-tuning classes of the same split)."""
+    first: dict[tuple, tuple] = {}
+    kept = []
+    for result in results:
+        data = (result.dataset_name, result.dataset_args)
+        if first.setdefault(result.unique_identifier, data) == data:
+            kept.append(result)
+    return kept
+
+
+def _describe(record: Mapping[str, Any], section: str) -> str:
+    """A data record as the card's data table shows it."""
+    data = _dataset(record, section)
+    name = data.name if data else str(record.get("dataset"))
+    details = [f"{record['split']} split" if record.get("split") else None]
+    if record.get("classes"):
+        details.append(f"{len(record['classes'])} classes: {', '.join(map(str, record['classes']))}")
+    if record.get("labels"):
+        details.append(f"labels `{record['labels']}`")
+    if record.get("transform"):
+        details.append(f"images changed by `{record['transform']}`")
+    samples = f"{record['n_samples']:,} samples" if "n_samples" in record else None
+    if record.get("limit") is not None:
+        drawn = f"a seeded random subset of at most {record['limit']:,} (seed {record.get('seed')})"
+        samples = f"{samples}, from {drawn}"
+    return f"{name} ({'; '.join(d for d in [*details, samples] if d)})"
+
+
+def data_table(report: Mapping[str, Any]) -> str | None:
+    """task | data: what each section of the run's evaluation after training was measured on (None when no
+    section records its data)."""
+    after = report.get("after") or {}
+    rows = []
+    for section, numbers in after.items():
+        record = numbers.get("data") if isinstance(numbers, Mapping) else None
+        if not isinstance(record, Mapping):
+            continue
+        task = section.replace("_", " ")
+        if section in PER_DATASET:
+            rows += [[f"{task}: {name}", _describe(each, section)] for name, each in record.items()]
+        else:
+            rows.append([task, _describe(record, section)])
+    return markdown.table(["task", "data"], rows) if rows else None

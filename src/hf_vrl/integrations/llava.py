@@ -41,6 +41,7 @@ from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
 from hf_vrl.data import processors
 from hf_vrl.devices import module_device, module_dtype
 from hf_vrl.errors import UserError
+from hf_vrl.hub.publish import portable_files
 
 __all__ = [
     "TowerFit",
@@ -75,7 +76,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from .{config_module} import {config_class}
 from .{model_module} import {model_class}
-
+{other_modules}
 if {config_class}.model_type not in CONFIG_MAPPING:  # an installed hf_vrl has registered its own classes
     AutoConfig.register({config_class}.model_type, {config_class})
 AutoModel.register({config_class}, {model_class}, exist_ok=True)
@@ -450,7 +451,20 @@ def save_llava(
     _set_auto_map(output_dir, _write_remote_code(tower, output_dir) if type(tower).is_remote_code() else None)
     if processor is not None:
         processor.save_pretrained(output_dir)
+    portable_files(output_dir)  # loads with transformers 4.57 too: no TokenizersBackend, no machine state
     return output_dir
+
+
+def save_vision_tower(tower: PreTrainedModel, folder: str | Path) -> None:
+    """Save a vision tower in the layout every supported transformers reads: a stock CLIP / SigLIP tower's
+    keys under `vision_model.` (transformers >= 5.17 writes them without, which 4.x and 5.0 load as missing
+    weights: a randomly initialised tower), any other as it saves itself."""
+    prefix = LEGACY_TOWER_PREFIX.get(type(tower).__name__, "")
+    state = {
+        key if key.startswith(prefix) else prefix + key: value.contiguous()
+        for key, value in tower.state_dict().items()
+    }
+    tower.save_pretrained(folder, state_dict=state)
 
 
 def _cross_version_state_dict(llava_model: LlavaForConditionalGeneration) -> dict[str, torch.Tensor]:
@@ -463,15 +477,18 @@ def _cross_version_state_dict(llava_model: LlavaForConditionalGeneration) -> dic
 
 
 def _write_remote_code(tower: PreTrainedModel, output_dir: Path) -> dict[str, str]:
-    """The tower's code files and the module that registers them; returns the `auto_map` that imports it."""
-    custom_object_save(tower, output_dir)
-    custom_object_save(tower.config, output_dir)
+    """The tower's code files and the module that registers them; returns the `auto_map` that imports it.
+    The module imports every code file directly (the model file's own relative imports too, e.g. DiffCLIP's
+    `differential_attention.py`): transformers 4.x copies a local folder's remote code one import deep."""
+    written = custom_object_save(tower, output_dir) + custom_object_save(tower.config, output_dir)
     names = {
         "config_module": type(tower.config).__module__.rsplit(".", 1)[-1],
         "config_class": type(tower.config).__name__,
         "model_module": type(tower).__module__.rsplit(".", 1)[-1],
         "model_class": type(tower).__name__,
     }
+    others = sorted({Path(file).stem for file in written} - {names["config_module"], names["model_module"]})
+    names["other_modules"] = "".join(f"from .{module} import __name__ as _{module}\n" for module in others)
     (output_dir / f"{REMOTE_MODULE}.py").write_text(REMOTE_CODE.format(**names))
     return {
         "AutoConfig": f"{REMOTE_MODULE}.LlavaRemoteTowerConfig",

@@ -77,12 +77,13 @@ def check_loggers(report_to: Iterable[str]) -> None:
 
 
 def check_push(push_to_hub: bool, repo_id: str | None) -> None:
-    """--push-to-hub can succeed when the run ends: a full repo id, the Hub online, a token."""
+    """--push-to-hub can succeed when the run ends: a full repo id, the Hub online, a token that can write
+    to the repo (`hf_vrl.hub.publish.check_write_access`)."""
     if not push_to_hub:
         return
     from huggingface_hub import constants, get_token
 
-    from hf_vrl.hub.publish import check_repo_id
+    from hf_vrl.hub.publish import check_repo_id, check_write_access
 
     try:
         check_repo_id(repo_id or "")
@@ -92,3 +93,7 @@ def check_push(push_to_hub: bool, repo_id: str | None) -> None:
         raise UserError("--push-to-hub needs the Hub, but HF_HUB_OFFLINE=1 is set: unset it, or push later")
     if get_token() is None:
         raise UserError("--push-to-hub: not logged in to the Hugging Face Hub (hf auth login, or HF_TOKEN)")
+    try:
+        check_write_access(repo_id)
+    except UserError as error:
+        raise UserError(f"--push-to-hub: {error}") from None

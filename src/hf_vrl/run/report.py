@@ -18,7 +18,15 @@ from typing import Any
 
 from hf_vrl.errors import UserError
 
-__all__ = ["compare_table", "load_report", "main", "metric_rows", "plot_comparison"]
+__all__ = [
+    "compare_table",
+    "load_report",
+    "log_evaluation",
+    "main",
+    "metric_numbers",
+    "metric_rows",
+    "plot_comparison",
+]
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
@@ -30,16 +38,42 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return json.loads(file.read_text())
 
 
-def _numbers(section: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """Flatten a report section to {"task.metric": value} for the numeric leaves."""
+def metric_numbers(section: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Flatten a report section to {"task.metric": value} for the numeric leaves (not the `"data"` records of
+    what was measured)."""
     out: dict[str, float] = {}
     for key, value in section.items():
         name = f"{prefix}{key}"
+        if key == "data":
+            continue
         if isinstance(value, Mapping):
-            out.update(_numbers(value, f"{name}."))
+            out.update(metric_numbers(value, f"{name}."))
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = float(value)
     return out
+
+
+def log_evaluation(report: Mapping[str, Any], before: tuple[Any, int], after: tuple[Any, int]) -> None:
+    """The run's evaluation through the loggers of its `report_to`, as the Trainer logs an evaluation: every
+    number of `report["before"]` / `report["after"]` as `eval_<task>.<metric>` at the step of `before` /
+    `after` ((TrainingArguments of the stage, global step)); TensorBoard writes `eval/<task>.<metric>` into
+    the stage's folder."""
+    from transformers import TrainerControl, TrainerState
+    from transformers.integrations import TensorBoardCallback, get_reporting_integration_callbacks
+
+    for stage, (args, step) in (("before", before), ("after", after)):
+        numbers = metric_numbers(report.get(stage) or {})
+        callbacks = [callback() for callback in get_reporting_integration_callbacks(args.report_to)]
+        if not numbers or not callbacks:
+            continue
+        state, control = TrainerState(global_step=step), TrainerControl()
+        logs = {f"eval_{name}": value for name, value in numbers.items()}
+        for callback in callbacks:
+            if isinstance(callback, TensorBoardCallback):
+                callback.logging_dir = args.logging_dir  # the stage's folder, as VRLTrainer points it
+            callback.on_log(args, state, control, logs=logs)
+            if isinstance(callback, TensorBoardCallback):
+                callback.on_train_end(args, state, control)  # closes its event file
 
 
 # what a comparison shows by default: headline metrics of every method, in this order
@@ -67,7 +101,7 @@ def metric_rows(reports: Mapping[str, Mapping[str, Any]], metrics: Sequence[str]
     found: set[str] = set()
     for report in reports.values():
         for stage in ("before", "after"):
-            found |= set(_numbers(report.get(stage) or {}))
+            found |= set(metric_numbers(report.get(stage) or {}))
     if metrics:
         return [m for m in metrics if m in found]
     headline = [m for m in HEADLINE if m in found]
@@ -85,7 +119,7 @@ def compare_table(reports: Mapping[str, Mapping[str, Any]], metrics: Sequence[st
         cells = [metric]
         for report in reports.values():
             for stage in ("before", "after"):
-                value = _numbers(report.get(stage) or {}).get(metric)
+                value = metric_numbers(report.get(stage) or {}).get(metric)
                 cells.append("-" if value is None else f"{100 * value:.1f}")
         table.append(cells)
     return text_table(table, left_columns=1)
@@ -108,7 +142,7 @@ def plot_comparison(
     ax = fig.subplots()
     width = 0.8 / len(reports)
     for i, (name, report) in enumerate(reports.items()):
-        numbers = _numbers(report.get("after") or report.get("before") or {})
+        numbers = metric_numbers(report.get("after") or report.get("before") or {})
         values = [100 * numbers.get(metric, np.nan) for metric in rows]
         ax.bar(np.arange(len(rows)) + i * width, values, width, label=name)
     ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, rows, rotation=30, ha="right", fontsize=8)

@@ -28,6 +28,7 @@ from hf_vrl.run import fsdp, preflight
 from hf_vrl.run.config import RunConfig
 from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
 from hf_vrl.run.layout import RunDir, RunLock, atomic_dir, atomic_write_json, last_complete_checkpoint
+from hf_vrl.run.report import log_evaluation
 from hf_vrl.run.signals import handle_signals, saving_on_signal
 
 logger = logging.getLogger("hf_vrl.run")
@@ -118,6 +119,16 @@ class Run:
         )
         return materialise(loaded, settings.eval_limit, "evaluation")
 
+    def eval_record(self, rows: Any, dataset: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The `data_record` of evaluation `rows` drawn from `dataset` (default `eval.eval_dataset`) as
+        `eval_data` loads it; `kwargs` (classes, labels, transform) say how the rows were changed since."""
+        from hf_vrl.evaluation import data_record
+
+        settings = self.config.eval
+        name = dataset or settings.eval_dataset
+        split, limit = settings.eval_split, settings.eval_limit
+        return data_record(name, split, rows, limit=limit, seed=self.config.seed, **kwargs)
+
     # -- training --------------------------------------------------------------------------------------------
 
     def precision(self) -> str:
@@ -207,6 +218,7 @@ class Run:
 
     def record_stage(self, stage: str, trainer: Any, output: Any) -> None:
         """Keep a stage's training figures (steps, runtime, throughput) for the report."""
+        from hf_vrl.devices import describe_hardware
         from hf_vrl.trainer import TrainingClock
 
         metrics = getattr(output, "metrics", {}) or {}
@@ -218,6 +230,7 @@ class Run:
             "steps": int(trainer.state.global_step),
             "runtime_s": round(max(total, runtime), 2),
             "samples_per_s": round(samples_per_s, 2),
+            "hardware": describe_hardware(self.world_size),
         }
 
 
@@ -455,6 +468,10 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
                 report["after"] = after
         report["outputs"] = {"final": str(out.final), **_finish(method, model)}
         _write_report(run, report)
+        last = report["train"]["stages"].get(stages[-1], {}).get("steps", 0)  # evaluations to the loggers
+        log_evaluation(
+            report, (run.training_arguments(stages[0]), 0), (run.training_arguments(stages[-1]), last)
+        )
         if config.output.push_to_hub:
             _push(run)
     state.wait_for_everyone()

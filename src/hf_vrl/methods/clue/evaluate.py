@@ -77,13 +77,17 @@ def evaluate_clue(
     seed: int = 0,
     probe_cs: Sequence[float] = metrics.DEFAULT_CS,
     granularity_split: str = "train",
+    data: dict[str, Any] | None = None,
+    train_data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """{"linear_probe": {"top1", "C"}, "retrieval": {"i2i_R@1", "i2i_R@5"}, "granularity": {...}, "skipped"}.
 
     `label_column` (default: `fine_label` when present, else `label`) is what the probe and retrieval
     recognise. Granularity (§3.1: CDNV within each coarse class, NCC fine / coarse) needs both `fine_label`
     and the coarse `label` and measures `granularity_split`: "train" (the paper's §3: `train_dataset`) or
-    "test". The probe trains on `train_dataset`; what needs it is skipped without one.
+    "test". The probe trains on `train_dataset`; what needs it is skipped without one. `data` / `train_data`
+    (`hf_vrl.evaluation.data_record`s of the two sets) go into each section as "data": the probe and
+    retrieval score the test rows, granularity the rows of its split.
     """
     if granularity_split not in ("train", "test"):
         raise ValueError(f"granularity_split must be 'train' or 'test', got {granularity_split!r}")
@@ -125,6 +129,12 @@ def evaluate_clue(
                 report["skipped"]["granularity"] = "needs fine_label and label (coarse) columns"
     finally:
         model.train(was_training)
+    scored = {"linear_probe": data, "retrieval": data}
+    scored["granularity"] = train_data if granularity_split == "train" else data
+    for section, record in scored.items():
+        if record is not None and section in report:
+            recognised = section != "granularity" and label_column != COARSE
+            report[section]["data"] = {**record, **({"labels": label_column} if recognised else {})}
     return report
 
 

@@ -308,12 +308,14 @@ class CLUEMethod(Method):
         """linear_probe.top1, retrieval.i2i_R@1 / i2i_R@5 and granularity.* (CLUE §5.1.2, §3.1; granularity on
         clue.granularity_split, the training rows by default)."""
         from hf_vrl import metrics
+        from hf_vrl.evaluation import data_record
         from hf_vrl.methods.clue.evaluate import TASKS, evaluate_clue
 
         test = self._eval_data()
         if test is None:
             return None
         train = self.train_dataset.dataset if hasattr(self.train_dataset, "dataset") else None
+        data = self.config.data
         return evaluate_clue(
             model.to(self.run.device),
             self.image_processor,
@@ -324,6 +326,10 @@ class CLUEMethod(Method):
             seed=self.config.seed,
             probe_cs=tuple(self.settings.probe_cs or metrics.DEFAULT_CS),
             granularity_split=self.settings.granularity_split,
+            data=self.run.eval_record(test),
+            train_data=None
+            if train is None
+            else data_record(data.dataset, data.split, train, limit=data.train_limit, seed=self.config.seed),
         )
 
     def _eval_data(self) -> Any:

@@ -116,9 +116,11 @@ def evaluate_encoder(
     image_size: int,
     image_mean,
     image_std,
+    data: dict[str, Any] | None = None,
+    pairs_data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """D-ability on `dataset` (rows with image/label) and P-ability on MMVP-style `pairs` (see module
-    docstring)."""
+    docstring); `data` / `pairs_data` (`hf_vrl.evaluation.data_record`s) go into their sections as "data"."""
     from hf_vrl.evaluation import evaluate_mmvp
 
     was_training = encoder.training
@@ -133,4 +135,9 @@ def evaluate_encoder(
             report["mmvp"] = evaluate_mmvp(model, image_processor, tokenizer, pairs)
             report["mmvp"]["protocol"] = "MMVP-VLM: enhanced image tower vs the original text tower"
     encoder.train(was_training)
+    for section, record in (("clustering", data), ("pairs", pairs_data), ("mmvp", pairs_data)):
+        if record is not None and section in report:
+            report[section]["data"] = record
+    if data is not None and "clustering_fine" in report:
+        report["clustering_fine"]["data"] = {**data, "labels": "fine_label"}
     return report

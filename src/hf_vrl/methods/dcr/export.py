@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import CLIPVisionModelWithProjection, PreTrainedModel
+from transformers import CLIPVisionModelWithProjection
 
+from hf_vrl.integrations.llava import save_vision_tower
 from hf_vrl.models.dcr import DCRModel
 
 
@@ -26,13 +27,6 @@ def merge_lora(model: nn.Module) -> DCRModel:
     if not isinstance(model, DCRModel):
         raise TypeError(f"expected a DCRModel or a PeftModel around one, got {type(model).__name__}")
     return model
-
-
-def _save_prefixed(tower: PreTrainedModel, out_dir: Path) -> None:
-    """Save a CLIP/SigLIP vision tower with `vision_model.` keys (the cross-version layout, hf-conventions
-    §2.5)."""
-    state = {f"vision_model.{key}": value.contiguous() for key, value in tower.state_dict().items()}
-    tower.save_pretrained(out_dir, state_dict=state)
 
 
 def export_vision_tower(
@@ -55,7 +49,7 @@ def export_vision_tower(
         tower.visual_projection.load_state_dict(merged.visual_projection.state_dict())
         tower.save_pretrained(out_dir)
     else:
-        _save_prefixed(merged.vision_model, out_dir)
+        save_vision_tower(merged.vision_model, out_dir)  # the cross-version layout (hf-conventions §2.5)
     if image_processor is not None:
         image_processor.save_pretrained(out_dir)
     return out_dir

@@ -428,12 +428,12 @@ class DCRMethod(Method):
         from hf_vrl.methods.dcr.export import export_base_model, export_vision_tower, merge_lora
 
         merged = merge_lora(model)
-        if self.stages() == ["stage1"]:
-            merged.save_pretrained(folder)
-            return
         processor = self._processor()
+        if self.stages() == ["stage1"]:
+            _save_with(merged, processor, folder)
+            return
         with atomic_dir(self.run.dir.exports / "dcr-model") as dcr_folder:
-            merged.save_pretrained(dcr_folder)
+            _save_with(merged, processor, dcr_folder)  # with its image processor, as the other folders
         with atomic_dir(self.run.dir.exports / "vision-tower") as tower_folder:
             export_vision_tower(merged, tower_folder, image_processor=processor)
         export_base_model(merged, self.clip, folder)
@@ -471,6 +471,8 @@ class DCRMethod(Method):
             return self._evaluation
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+        from hf_vrl.evaluation import data_record
+
         dataset = self.run.eval_data(image_size=self.image_size)
         mmvp = self.config.dcr.mmvp
         pairs = None
@@ -487,11 +489,20 @@ class DCRMethod(Method):
         self._evaluation = {
             "dataset": dataset,
             "pairs": pairs,
+            "data": self.run.eval_record(dataset),
+            "pairs_data": None if pairs is None else data_record(mmvp, None, pairs),
             "clip": clip.to(self.run.device) if clip is not None else None,
             "image_processor": self._processor() if text_side else None,
             "tokenizer": AutoTokenizer.from_pretrained(self.clip) if text_side else None,
         }
         return self._evaluation
+
+
+def _save_with(model: nn.Module, processor: Any, folder: Path) -> None:
+    """`model` and its image processor (where the CLIP has one) in `folder`."""
+    model.save_pretrained(folder)
+    if processor is not None:
+        processor.save_pretrained(folder)
 
 
 def _resolve(name: str) -> str:

@@ -5,7 +5,7 @@ through `lambda_init_schedule` / `diff_attention_in_text`). `arch="clip"` is the
 plain attention in both towers — the paper's baseline (DiffCLIP §4.1 trains both with SLIP's code) — built as
 a `DiffCLIPModel` with `differential_attention=False`, because transformers' `CLIPModel` cannot express the
 released timm-style vision tower (no pre-LayerNorm, exact GELU). For an OpenAI-style architecture its forward
-is CLIPModel's (`DiffCLIPModel.from_clip` converts either way).
+is CLIPModel's (`hf_vrl.methods.diffclip.from_clip` converts either way).
 """
 
 from __future__ import annotations

@@ -187,6 +187,7 @@ class DiffCLIPMethod(Method):
             tasks=tasks,
             dataset_name=self.config.eval.eval_dataset,
             device=self.run.device,
+            data=self.run.eval_record(data),
         )
 
     def _eval_data(self, model: nn.Module) -> Any:

@@ -17,6 +17,8 @@ The report:
     {"id": {"zero_shot.top1": ..., ["zero_shot.macro_f1", "zero_shot.worst_group"]},
      "ood": {name: {...}}, "transfer": {name: {...}}, "rsa": {"rsa.image": ..., "rsa.text": ...},
      "summary": {"id.top1", "ood.top1" (mean), "transfer.top1" (mean), "rsa.image", "rsa.text"}}
+
+with, given each set's record (`evaluate_dive`'s `data`), "data" beside each set's numbers.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from torch import nn
 
 from hf_vrl.devices import module_device
 from hf_vrl.errors import UserError
-from hf_vrl.evaluation import encode_images, encode_texts, evaluate_clip, imagenet_classes
-from hf_vrl.metrics import cb_zero_shot_accuracy, cb_zero_shot_classifier, fill_prompt
+from hf_vrl.evaluation import encode_images, evaluate_clip, imagenet_classes
+from hf_vrl.methods.dive.head import HeadClassifier, text_classifier
+from hf_vrl.metrics import cb_zero_shot_accuracy
 
 __all__ = [
     "ClassifySettings",
@@ -54,23 +57,6 @@ def flatten_report(report: Mapping[str, Any], tasks: Sequence[str]) -> dict[str,
         for name, value in report.get(task, {}).items()
         if isinstance(value, (int, float)) and not name.startswith("n_")
     }
-
-
-def text_classifier(
-    model: nn.Module,
-    tokenizer: Any,
-    class_names: Sequence[str],
-    templates: Sequence[Any],
-    fill: Any = str.format,
-    batch_size: int = 64,
-) -> torch.Tensor:
-    """The zero-shot classifier `[D, C]` of the class prompts, as `evaluate_clip` builds it (each distinct
-    prompt embedded once, clip_benchmark's class weights), so that both score alike."""
-    filled = [[fill_prompt(t, name, fill) for t in templates] for name in class_names]
-    distinct: dict[str, int] = {}
-    rows = [distinct.setdefault(p, len(distinct)) for block in filled for p in block]
-    flat = encode_texts(model, tokenizer, list(distinct), batch_size=batch_size)[rows]
-    return cb_zero_shot_classifier(torch.split(flat, [len(block) for block in filled]))
 
 
 def border_crop(image: Any, pixels: int) -> Any:
@@ -147,7 +133,6 @@ def _classified(
     from hf_vrl.data import prompts
     from hf_vrl.data.schema import class_names_of
     from hf_vrl.evaluation import zero_shot_prompts
-    from hf_vrl.methods.dive.head import HeadClassifier
 
     dataset_name = dataset_name or getattr(getattr(dataset, "info", None), "dataset_name", None)
     labels = np.asarray(dataset["label"][:], dtype=np.int64)
@@ -244,6 +229,7 @@ def evaluate_dive(
     batch_size: int = 64,
     id_dataset_name: str | None = None,
     settings: ClassifySettings | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The paper's report for `model` (see the module docstring); sets left out are left out of it.
 
@@ -254,11 +240,11 @@ def evaluate_dive(
     transfer mappings) picks its class names: OpenAI's curated ImageNet names for the ImageNet family,
     ImageNet-R / -A on their 200 classes (`hf_vrl.evaluation.imagenet_classes`). `settings`: the ID / OOD
     sets' extra metrics and ObjectNet's border crop (default `ClassifySettings()`; its batch_size is
-    replaced by `batch_size`).
+    replaced by `batch_size`). `data`: the `hf_vrl.evaluation.data_record` of each set, shaped as the report
+    ({"id": record, "ood": {name: record}, "transfer": {...}, "rsa": record}), recorded beside its numbers as
+    "data".
     """
     from dataclasses import replace
-
-    from hf_vrl.methods.dive.head import HeadClassifier
 
     settings = replace(settings or ClassifySettings(), batch_size=batch_size)
     encoder = model.encoder if isinstance(model, HeadClassifier) else model
@@ -302,8 +288,20 @@ def evaluate_dive(
             device=module_device(encoder),
         )
         report["rsa"] = flatten_report(rsa, ("rsa",))
+    _record_data(report, data or {})
     report["summary"] = _summary(report)
     return report
+
+
+def _record_data(report: dict[str, Any], data: Mapping[str, Any]) -> None:
+    """Each set's record as "data" beside its numbers (`evaluate_dive`'s `data`)."""
+    for group in ("id", "rsa"):
+        if group in report and data.get(group) is not None:
+            report[group]["data"] = data[group]
+    for group in ("ood", "transfer"):
+        for name, numbers in report[group].items():
+            if name in (data.get(group) or {}):
+                numbers["data"] = data[group][name]
 
 
 def _summary(report: Mapping[str, Any]) -> dict[str, float | None]:
@@ -312,7 +310,7 @@ def _summary(report: Mapping[str, Any]) -> dict[str, float | None]:
         "ood.top1": _mean(report["ood"], "zero_shot.top1"),
         "transfer.top1": _mean(report["transfer"], "zero_shot.top1"),
     }
-    summary.update(report.get("rsa", {}))
+    summary.update({key: value for key, value in report.get("rsa", {}).items() if key != "data"})
     return summary
 
 
@@ -326,23 +324,30 @@ def load_evaluation_sets(
 ) -> dict[str, Any]:
     """The OOD, transfer and RSA sets a `DiVESettings` names, from the data registry (map-style; streams are
     read up to `limit` samples, `settings.rsa_limit` for the RSA set), as keyword arguments of
-    `evaluate_dive`. An OOD set reads its own split and limit when `settings.ood_splits` / `ood_limits` name
-    it (FLYP's protocol: each ImageNet shift is one test split of its own size)."""
-    from hf_vrl.evaluation import load_eval_dataset
+    `evaluate_dive`, with the `data` record of each. An OOD set reads its own split and limit when
+    `settings.ood_splits` / `ood_limits` name it (FLYP's protocol: each ImageNet shift is one test split of
+    its own size)."""
+    from hf_vrl.evaluation import data_record, load_eval_dataset
 
-    def load(name: str, n: int | None) -> Any:
-        return load_eval_dataset(name, split=split, limit=n, image_size=image_size, seed=seed)
+    def load(name: str, set_split: str, n: int | None) -> tuple[Any, dict[str, Any]]:
+        rows = load_eval_dataset(name, split=set_split, limit=n, image_size=image_size, seed=seed)
+        return rows, data_record(name, set_split, rows, limit=n, seed=seed)
 
-    def load_ood(name: str) -> Any:  # each OOD set its own split and limit where the settings give them
-        splits, limits = getattr(settings, "ood_splits", {}), getattr(settings, "ood_limits", {})
-        n = limits.get(name, limit)
-        return load_eval_dataset(
-            name, split=splits.get(name, split), limit=n, image_size=image_size, seed=seed
-        )
-
-    rsa = settings.rsa_dataset
+    splits, limits = getattr(settings, "ood_splits", {}), getattr(settings, "ood_limits", {})
+    groups = {
+        "ood": {
+            name: load(name, splits.get(name, split), limits.get(name, limit))
+            for name in settings.ood_datasets
+        },
+        "transfer": {name: load(name, split, limit) for name in settings.zero_shot_datasets},
+    }
+    rsa = None if settings.rsa_dataset is None else load(settings.rsa_dataset, split, settings.rsa_limit)
     return {
-        "ood_datasets": {name: load_ood(name) for name in settings.ood_datasets},
-        "transfer_datasets": {name: load(name, limit) for name in settings.zero_shot_datasets},
-        "rsa_dataset": None if rsa is None else load(rsa, settings.rsa_limit),
+        "ood_datasets": {name: rows for name, (rows, _) in groups["ood"].items()},
+        "transfer_datasets": {name: rows for name, (rows, _) in groups["transfer"].items()},
+        "rsa_dataset": None if rsa is None else rsa[0],
+        "data": {
+            **{group: {name: record for name, (_, record) in sets.items()} for group, sets in groups.items()},
+            "rsa": None if rsa is None else rsa[1],
+        },
     }

@@ -12,6 +12,8 @@ from typing import Any
 from torch import nn
 from transformers import CLIPVisionModel, PreTrainedModel, SiglipVisionModel
 
+from hf_vrl.integrations.llava import save_vision_tower
+
 __all__ = ["export_model", "export_vision_tower", "vision_tower"]
 
 VISION_TOWERS = {"clip": CLIPVisionModel, "siglip": SiglipVisionModel}
@@ -50,8 +52,9 @@ def vision_tower(model: nn.Module) -> PreTrainedModel:
 
 
 def export_vision_tower(model: nn.Module, out_dir: str | Path, image_processor: Any = None) -> Path:
-    """Save the fine-tuned vision tower as a CLIPVisionModel / SiglipVisionModel (DiffCLIPVisionModel)."""
+    """Save the fine-tuned vision tower as a CLIPVisionModel / SiglipVisionModel (DiffCLIPVisionModel), in the
+    layout every supported transformers reads (`save_vision_tower`)."""
     out_dir = Path(out_dir)
-    vision_tower(model).save_pretrained(out_dir)
+    save_vision_tower(vision_tower(model), out_dir)
     _save_processors(out_dir, image_processor)
     return out_dir

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hf_vrl.contrastive import as_embeddings
+from hf_vrl.evaluation import encode_texts
+from hf_vrl.metrics import cb_zero_shot_classifier, fill_prompt
 from hf_vrl.trainer import VRLTrainer
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "load_head",
     "save_head",
     "set_trainable",
+    "text_classifier",
     "zero_shot_head",
 ]
 
@@ -68,6 +71,23 @@ class HeadClassifier(nn.Module):
         return self.head(F.normalize(self.image_embeddings(pixel_values), dim=-1))
 
 
+def text_classifier(
+    model: nn.Module,
+    tokenizer: Any,
+    class_names: Sequence[str],
+    templates: Sequence[Any],
+    fill: Any = str.format,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """The zero-shot classifier `[D, C]` of the class prompts, as `evaluate_clip` builds it (each distinct
+    prompt embedded once, clip_benchmark's class weights), so that both score alike."""
+    filled = [[fill_prompt(t, name, fill) for t in templates] for name in class_names]
+    distinct: dict[str, int] = {}
+    rows = [distinct.setdefault(p, len(distinct)) for block in filled for p in block]
+    flat = encode_texts(model, tokenizer, list(distinct), batch_size=batch_size)[rows]
+    return cb_zero_shot_classifier(torch.split(flat, [len(block) for block in filled]))
+
+
 @torch.no_grad()
 def zero_shot_head(
     model: nn.Module, tokenizer: Any, class_names: Sequence[str], templates: Sequence[str]
@@ -75,8 +95,6 @@ def zero_shot_head(
     """FLYP's `get_zeroshot_classifier` as a head weight `[C, D]`: per class the mean of the L2-normalised
     prompt embeddings (templates filled verbatim), renormalised, times the model's logit scale
     `exp(logit_scale)`: the evaluation's zero-shot classifier, scaled."""
-    from hf_vrl.methods.dive.evaluate import text_classifier
-
     was_training = model.training
     classifier = text_classifier(model.eval(), tokenizer, class_names, templates)
     model.train(was_training)

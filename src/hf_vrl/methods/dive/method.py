@@ -365,10 +365,16 @@ class DiVEMethod(Method):
             image_size=size,
             seed=self.config.seed,
         )
-        sets["ood_datasets"] |= {shift: shift_dataset(id_rows, shift) for shift in settings.ood_shifts}
+        classes = id_rows.features["label"].names if settings.classes else None
+        sets["data"]["id"] = self.run.eval_record(id_rows, classes=classes)
+        for shift in settings.ood_shifts:
+            sets["ood_datasets"][shift] = shift_dataset(id_rows, shift)
+            sets["data"]["ood"][shift] = self.run.eval_record(id_rows, classes=classes, transform=shift)
         if settings.held_out_classes:
-            held_out = {"held-out classes": select_classes(rows, settings.held_out_classes)}
-            sets["transfer_datasets"] = held_out | sets["transfer_datasets"]
+            held_out = select_classes(rows, settings.held_out_classes)
+            sets["transfer_datasets"] = {"held-out classes": held_out} | sets["transfer_datasets"]
+            names = held_out.features["label"].names
+            sets["data"]["transfer"]["held-out classes"] = self.run.eval_record(held_out, classes=names)
         self._sets = {"id_dataset": id_rows, **sets}
         return self._sets
 
@@ -493,8 +499,20 @@ def run_report_section(report: dict[str, Any]) -> dict[str, Any]:
             section["ood"][metric] = sum(values.values()) / len(values)
             section["ood"] |= {f"{name}.{metric}": value for name, value in values.items()}
     if "rsa" in report:
-        section["rsa"] = {key.split(".", 1)[1]: value for key, value in report["rsa"].items()}
+        section["rsa"] = {key.split(".", 1)[-1]: value for key, value in report["rsa"].items()}
+    _carry_data(report, section)
     return section
+
+
+def _carry_data(report: dict[str, Any], section: dict[str, Any]) -> None:
+    """The data records of `evaluate_dive`'s report into the run report's sections: zero_shot's is the ID
+    set's; ood / transfer hold one per set ("data": {set: record}); rsa's is the RSA set's."""
+    if "data" in report.get("id", {}):
+        section["zero_shot"]["data"] = report["id"]["data"]
+    for group in ("ood", "transfer"):
+        records = {name: numbers["data"] for name, numbers in report[group].items() if "data" in numbers}
+        if records:
+            section[group]["data"] = records
 
 
 def pretrain_toy_clip(model: DiVEModelConfig, out_dir: Path, steps: int, seed: int) -> Path:

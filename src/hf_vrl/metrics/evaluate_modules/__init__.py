@@ -6,7 +6,9 @@
 Each folder stands alone, as `evaluate-cli create` lays out a Hub Space: the module (it imports `evaluate`,
 `datasets`, `numpy` and, where needed, `scikit-learn` / `scipy`, never hf_vrl), a `README.md` metric card,
 a `requirements.txt` and an `app.py` widget. Copied elsewhere or pushed to the Hub, a module loads without
-hf_vrl; it computes as `hf_vrl.metrics` does, so its results equal the report's on the same inputs.
+hf_vrl. The computation is a plain-numpy `scores.py` beside the module, which the module imports relatively
+(`evaluate` copies it along) and `hf_vrl.metrics` imports too: one copy, so the module's results are the
+report's on the same inputs.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel, ResNetModel, ViTModel
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
 
 try:  # transformers >= 5: initialisers that leave weights loaded from a checkpoint alone
     from transformers import initialization as init
@@ -119,6 +121,15 @@ class CLUEPreTrainedModel(PreTrainedModel):
     main_input_name = "pixel_values"
     input_modalities = ("image",)
     _supports_sdpa = True
+    # the blocks of both backbones (ViTModel's, ResNetModel's) and the part extractor, whose forward reads its
+    # centroids directly: each stays on one device under a device map
+    _no_split_modules = [
+        "ViTEmbeddings",
+        "ViTLayer",
+        "ResNetConvLayer",
+        "ResNetShortCut",
+        "CLUEPartExtractor",
+    ]
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -163,6 +174,8 @@ class CLUEModel(CLUEPreTrainedModel):
         self.momentum_backbone = build_backbone(config.backbone_config)
         self.momentum_projector = self._projector(config)
         self.momentum_part_extractor = CLUEPartExtractor(config) if config.num_parts else None
+        # gradient checkpointing is the backbone's (ViTModel has it, ResNetModel not); the class says False
+        self.supports_gradient_checkpointing = type(self.backbone).supports_gradient_checkpointing
         self.post_init()
         self.freeze_momentum()
         self.reset_momentum()
@@ -231,9 +244,31 @@ class CLUEModel(CLUEPreTrainedModel):
             result = hidden.mean(dim=(-2, -1)), hidden.flatten(2).transpose(1, 2), grid
         return (*result, outputs) if backbone_kwargs else result
 
-    def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
-        """The online backbone's global feature h `[B, C]`: the representation CLUE learns."""
-        return self.backbone_features(pixel_values)[0]
+    def get_input_embeddings(self) -> nn.Module:
+        """The online backbone's patch embedding (ViT) or its stem's convolution layer (ResNet)."""
+        if self.config.backbone_config.model_type == "vit":
+            return self.backbone.get_input_embeddings()
+        return self.backbone.embedder.embedder
+
+    @can_return_tuple
+    def get_image_features(
+        self,
+        pixel_values: torch.Tensor,
+        output_hidden_states: bool | list[int] | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        """The online backbone's output with `pooler_output` its global feature h `[B, C]`, the representation
+        CLUE learns (as `CLIPModel.get_image_features` returns its embedding in transformers 5); hidden states
+        and attention maps as `forward` gives them; a tuple with `return_dict=False`."""
+        flags = self._output_flags(output_hidden_states, output_attentions)
+        features, _, _, outputs = self.backbone_features(pixel_values, **flags)
+        return BaseModelOutputWithPooling(
+            last_hidden_state=outputs.last_hidden_state,
+            pooler_output=features,
+            hidden_states=outputs.hidden_states if flags["output_hidden_states"] else None,
+            attentions=outputs.attentions if flags.get("output_attentions") else None,
+        )
 
     def _view(
         self, pixel_values: torch.Tensor, momentum: bool, output_part_assignments: bool, flags: dict
@@ -289,10 +324,15 @@ class CLUEModel(CLUEPreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
 
-    def _output_flags(self, output_hidden_states: bool | None, output_attentions: bool | None) -> dict:
-        """The backbone's output flags: the arguments, else the config's; attention maps only from a ViT."""
+    def _output_flags(
+        self, output_hidden_states: bool | list[int] | None, output_attentions: bool | None
+    ) -> dict:
+        """The backbone's output flags: the arguments, else the config's; attention maps only from a ViT. A
+        list of layer indices as `output_hidden_states` goes to the backbone as it is (ViTModel returns
+        those layers only)."""
         config = self.config
         hidden = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        hidden = list(hidden) if isinstance(hidden, (list, tuple)) else bool(hidden)
         attentions = config.output_attentions if output_attentions is None else output_attentions
         if config.backbone_config.model_type != "vit":
             if output_attentions:
@@ -300,17 +340,19 @@ class CLUEModel(CLUEPreTrainedModel):
                     f"output_attentions=True: CLUE's {config.backbone_config.model_type} backbone has no "
                     "attention maps (a ViT backbone has)"
                 )
-            return {"output_hidden_states": bool(hidden)}
-        return {"output_hidden_states": bool(hidden), "output_attentions": bool(attentions)}
+            return {"output_hidden_states": hidden}
+        return {"output_hidden_states": hidden, "output_attentions": bool(attentions)}
 
 
 def _stack_views(views: list[CLUEOutput], key: str):
-    """One output of every view stacked on dim 1 (a tuple of tensors: each stacked)."""
+    """One output of every view stacked on dim 1 (a tuple of tensors: each stacked; the None of a layer not
+    asked for, `output_hidden_states=[...]`, stays None)."""
     first = getattr(views[0], key)
     if first is None:
         return None
     if isinstance(first, tuple):
-        return tuple(torch.stack(group, dim=1) for group in zip(*(getattr(view, key) for view in views)))
+        groups = zip(*(getattr(view, key) for view in views))
+        return tuple(None if group[0] is None else torch.stack(group, dim=1) for group in groups)
     return torch.stack([getattr(view, key) for view in views], dim=1)
 
 

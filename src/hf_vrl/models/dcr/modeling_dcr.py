@@ -23,7 +23,9 @@ from transformers import (
     SiglipVisionModel,
 )
 from transformers.activations import ACT2FN
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
 
 from .configuration_dcr import DCRConfig
 
@@ -233,9 +235,19 @@ class DCRModel(DCRPreTrainedModel):
             patches = _pool_each_token(self.vision_model, patches)
         return torch.cat([conditions, self.projector(patches)], dim=1)
 
-    def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
-        """The image embedding z `[B, image_embed_dim]` (what D-ability clustering and MMVP scoring use)."""
-        return self._embed(pixel_values, with_patches=False)[0]
+    @can_return_tuple
+    def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> BaseModelOutputWithPooling | tuple:
+        """The tower's output with `pooler_output` the image embedding z `[B, image_embed_dim]` (what
+        D-ability clustering and MMVP scoring use), as `CLIPModel.get_image_features` returns in transformers
+        5; the tower's hidden states and attention maps when asked (`output_hidden_states`,
+        `output_attentions`), a tuple with `return_dict=False`."""
+        embeds, _, tower = self._embed(pixel_values, with_patches=False, **kwargs)
+        return BaseModelOutputWithPooling(
+            last_hidden_state=tower.last_hidden_state,
+            pooler_output=embeds,
+            hidden_states=tower.hidden_states,
+            attentions=tower.attentions,
+        )
 
     def forward(
         self,

@@ -227,8 +227,10 @@ class DiffCLIPConfig(PretrainedConfig):
 
     text_config (`dict` or `DiffCLIPTextConfig`, *optional*): the text tower.
     vision_config (`dict` or `DiffCLIPVisionConfig`, *optional*): the vision tower.
-    projection_dim (`int`, *optional*): width of the joint embedding space; unset, the towers' value (where
-        given towers agree), else 512.
+    projection_dim (`int`, *optional*): width of the joint embedding space (the dual model's projections);
+        unset, the towers' value where the given towers agree, else 512. As in `CLIPConfig`, a tower's own
+        `projection_dim` may differ: it sizes that tower's `*WithProjection` model only (a tower given as a
+        dict without one takes the top-level value).
     logit_scale_init_value (`float`, defaults to 2.6592): initial log of the logit multiplier, log(1/0.07).
     diff_attention_in_text (`bool`, *optional*): `False` gives DiffCLIP† (differential attention in the
         vision tower only, plain CLIP attention in the text tower). `None` reads
@@ -236,8 +238,8 @@ class DiffCLIPConfig(PretrainedConfig):
     lambda_init, lambda_init_schedule, initializer_style (*optional*): when set, used by both towers (see
         [`DiffCLIPTowerConfig`]); `lambda_init_schedule="depth"` gives DiffCLIP*.
 
-    Top-level values are written into sub-configs given as dicts; a sub-config (dict or object) that
-    already holds a different value is refused.
+    The other top-level values are written into sub-configs given as dicts; a sub-config (dict or object)
+    that already holds a different value is refused.
 
     Example:
 
@@ -266,14 +268,19 @@ class DiffCLIPConfig(PretrainedConfig):
         if projection_dim is None:
             projection_dim = _towers_value("projection_dim", text_config, vision_config, default=512)
         shared = {
-            "projection_dim": projection_dim,
             "lambda_init": lambda_init,
             "lambda_init_schedule": lambda_init_schedule,
             "initializer_style": initializer_style,
         }
         text_shared = {**shared, "differential_attention": diff_attention_in_text}
-        self.text_config = _tower_config(DiffCLIPTextConfig, "text_config", text_config, text_shared)
-        self.vision_config = _tower_config(DiffCLIPVisionConfig, "vision_config", vision_config, shared)
+        towers = (
+            (DiffCLIPTextConfig, "text_config", text_config, text_shared),
+            (DiffCLIPVisionConfig, "vision_config", vision_config, shared),
+        )
+        self.text_config, self.vision_config = (
+            _tower_config(config_class, key, tower, values, {"projection_dim": projection_dim})
+            for config_class, key, tower, values in towers
+        )
         self.projection_dim = projection_dim
         self.logit_scale_init_value = logit_scale_init_value
         self.initializer_factor = initializer_factor
@@ -286,22 +293,20 @@ class DiffCLIPConfig(PretrainedConfig):
 
 def _towers_value(field: str, text_config, vision_config, default):
     """The value of `field` the given sub-configs agree on (a dict only where it holds the key), else
-    `default`; sub-configs holding different values are refused (set the top-level value)."""
-    values = {}
-    for key, tower in (("text_config", text_config), ("vision_config", vision_config)):
+    `default` (also where they differ)."""
+    values = set()
+    for tower in (text_config, vision_config):
         if isinstance(tower, PretrainedConfig):
-            values[key] = getattr(tower, field)
+            values.add(getattr(tower, field))
         elif tower and field in tower:
-            values[key] = tower[field]
-    if len(set(values.values())) > 1:
-        found = ", ".join(f"{key}.{field}={value!r}" for key, value in values.items())
-        raise ValueError(f"{found} differ; set the top-level {field} (or make them equal).")
-    return next(iter(values.values()), default)
+            values.add(tower[field])
+    return values.pop() if len(values) == 1 else default
 
 
-def _tower_config(config_class: type, key: str, tower, shared: dict) -> DiffCLIPTowerConfig:
-    """Build sub-config `key` from a dict (filled with the top-level values that are set) or take the given
-    config; a value in it contradicting a set top-level value is refused."""
+def _tower_config(config_class: type, key: str, tower, shared: dict, defaults: dict) -> DiffCLIPTowerConfig:
+    """Build sub-config `key` from a dict (filled with the top-level `shared` values that are set, and with
+    `defaults` where it has no value of its own) or take the given config; a value in it contradicting a set
+    `shared` value is refused."""
     values = tower.to_dict() if isinstance(tower, PretrainedConfig) else dict(tower or {})
     for field, value in shared.items():
         current = values.get(field, value)
@@ -312,7 +317,7 @@ def _tower_config(config_class: type, key: str, tower, shared: dict) -> DiffCLIP
             )
     if isinstance(tower, PretrainedConfig):
         return tower
-    return config_class(**{**values, **{k: v for k, v in shared.items() if v is not None}})
+    return config_class(**{**defaults, **values, **{k: v for k, v in shared.items() if v is not None}})
 
 
 DiffCLIPConfig.register_for_auto_class()

@@ -3,15 +3,14 @@ embeddings, scored against the class labels with NMI, Hungarian accuracy and ARI
 
 A stand-alone `evaluate` metric module (it needs `evaluate`, `datasets`, `numpy`, `scikit-learn` and `scipy`,
 not hf_vrl): `evaluate.load("path/to/clustering")`, or `hf_vrl.metrics.evaluate_module("clustering")` for the
-copy shipped in hf_vrl. Its numbers equal `hf_vrl.metrics.clustering_scores` on the same inputs.
+copy shipped in hf_vrl. The computation is `scores.py` beside it (copied along by `evaluate`), which
+`hf_vrl.metrics.clustering_scores` is too.
 """
 
 import datasets
 import evaluate
-import numpy as np
-from scipy.optimize import linear_sum_assignment
-from sklearn.cluster import KMeans
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+from .scores import clustering_scores
 
 _DESCRIPTION = """
 k-means with one cluster per class (or `n_clusters`) on the L2-normalised embeddings, then three scores of
@@ -49,33 +48,6 @@ _CITATION = """
 """
 
 
-def _embeddings(x):
-    """`[N, D]` float64 rows divided by their L2 norm (zero rows stay zero); NaN or inf refused."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2:
-        raise ValueError(f"predictions must be a 2-D [N, D] matrix, got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError("predictions contain NaN or inf values; check the model outputs")
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
-def _labels(y):
-    y = np.asarray(y)
-    if y.size and not np.issubdtype(y.dtype, np.integer) and not np.all(np.mod(y, 1) == 0):
-        raise ValueError(f"references must hold integer class ids, got dtype {y.dtype}")
-    return y.astype(np.int64)
-
-
-def _hungarian_accuracy(y_true, y_pred):
-    """Best one-to-one cluster-to-class matching accuracy; unmatched clusters count as errors."""
-    classes, t = np.unique(y_true, return_inverse=True)
-    clusters, p = np.unique(y_pred, return_inverse=True)
-    counts = np.zeros((clusters.size, classes.size), dtype=np.int64)
-    np.add.at(counts, (p, t), 1)
-    rows, cols = linear_sum_assignment(counts, maximize=True)
-    return float(counts[rows, cols].sum() / y_true.size)
-
-
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Clustering(evaluate.Metric):
     def _info(self):
@@ -92,13 +64,4 @@ class Clustering(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, n_clusters=None, seed=0, n_init=10):
-        x, y = _embeddings(predictions), _labels(references)
-        k = int(np.unique(y).size) if n_clusters is None else int(n_clusters)
-        if not 1 <= k <= x.shape[0]:
-            raise ValueError(f"n_clusters must lie in [1, {x.shape[0]}] (the number of samples), got {k}")
-        pred = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit_predict(x)
-        return {
-            "nmi": float(normalized_mutual_info_score(y, pred)),
-            "acc": _hungarian_accuracy(y, pred),
-            "ari": float(adjusted_rand_score(y, pred)),
-        }
+        return clustering_scores(predictions, references, n_clusters=n_clusters, seed=seed, n_init=n_init)

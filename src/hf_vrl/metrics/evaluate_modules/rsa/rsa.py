@@ -3,13 +3,14 @@ pairwise geometry of a reference model's embeddings a model keeps.
 
 A stand-alone `evaluate` metric module (it needs `evaluate`, `datasets`, `numpy` and `scipy`, not hf_vrl):
 `evaluate.load("path/to/rsa")`, or `hf_vrl.metrics.evaluate_module("rsa")` for the copy shipped in hf_vrl.
-Its number equals `hf_vrl.metrics.rsa_score(references, predictions)`.
+The computation is `scores.py` beside it (copied along by `evaluate`), which
+`hf_vrl.metrics.rsa_score(references, predictions)` is too.
 """
 
 import datasets
 import evaluate
-import numpy as np
-from scipy.spatial.distance import pdist
+
+from .scores import rsa_score
 
 _DESCRIPTION = """
 The Pearson correlation between the upper triangles of two cosine-distance matrices: one over the model's
@@ -42,19 +43,6 @@ _CITATION = """
 """
 
 
-def _cosine_distances(x, name):
-    """Upper triangle (diagonal excluded, row by row) of D_ij = 1 - cos(x_i, x_j) over the rows of `x`; a zero
-    row (cosine 0/0) is at distance 1 from every row."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D [N, D] matrix, got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError(f"{name} contain NaN or inf values; check the model outputs")
-    if x.shape[0] < 3:
-        raise ValueError("RSA needs at least 3 embeddings (2 pairwise distances) per set")
-    return np.nan_to_num(pdist(x, "cosine"), nan=1.0)
-
-
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class RSA(evaluate.Metric):
     def _info(self):
@@ -67,10 +55,4 @@ class RSA(evaluate.Metric):
         )
 
     def _compute(self, predictions, references):
-        reference = _cosine_distances(references, "references")
-        model = _cosine_distances(predictions, "predictions")
-        if np.ptp(reference) == 0 or np.ptp(model) == 0:
-            raise ValueError(
-                "a cosine-distance matrix is constant (collapsed embeddings); Pearson r is undefined"
-            )
-        return {"rsa": float(np.corrcoef(reference, model)[0, 1])}
+        return {"rsa": rsa_score(references, predictions)}
