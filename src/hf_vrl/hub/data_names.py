@@ -39,7 +39,6 @@ _NAMED = {
     "digits": DataName("digits", "scikit-learn digits"),
 }
 _PREFIXES = {
-    "cub": DataName("cub_200_2011", "CUB-200-2011"),
     "webdataset": DataName("webdataset", "image-caption shards (webdataset)"),
     "parquet": DataName("parquet", "an image-caption table (parquet)"),
     "csv": DataName("csv", "an image-caption table (CSV)"),
@@ -69,9 +68,19 @@ def describe_dataset(spec: str | None) -> DataName | None:
     prefix, _, target = spec.partition(":")
     if prefix == "hf" and is_hub_id(target):
         return DataName(target, target, target)
+    if prefix in _benchmarks():
+        return DataName(prefix, f"{_benchmarks()[prefix].title} (a local copy)")
     named = _PREFIXES.get(prefix, DataName("local", "local data"))
     known = [label for key, label in _CAPTION_SETS.items() if re.search(rf"\b{key}\b", spec.lower())]
     return DataName(named.type, f"{known[0]} ({named.name})", None) if known else named
+
+
+def _benchmarks() -> dict:
+    """The registry of the papers' benchmarks (`hf_vrl.data.benchmarks`): `<key>:<folder>` names one read
+    from its published layout; a local copy has no Hub id, so it names the card's table only."""
+    from hf_vrl.data.benchmarks import BENCHMARKS
+
+    return BENCHMARKS
 
 
 def describe_mmvp(setting: str | None) -> DataName | None:
