@@ -319,6 +319,24 @@ class VRLTrainer(Trainer):
             )
         self.accelerator.wait_for_everyone()
 
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """The model's weights from a checkpoint under the names this transformers gives them (the conversion
+        `from_pretrained` applies: `hf_vrl.weights`), every tensor accounted for; FSDP shards as the Trainer
+        loads them."""
+        from peft import PeftModel
+
+        from hf_vrl.weights import check_keys, restore_weights
+
+        if self.is_fsdp_enabled:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        model = self.accelerator.unwrap_model(self.model if model is None else model)
+        if isinstance(model, PeftModel):  # its adapters: what the checkpoint holds
+            loaded = model.load_adapter(resume_from_checkpoint, model.active_adapters[0], is_trainable=True)
+            check_keys(resume_from_checkpoint, "the adapters", loaded.missing_keys, loaded.unexpected_keys)
+            return None
+        restore_weights(model, resume_from_checkpoint)
+        return None
+
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Also restore the extra state of the checkpoint being resumed (refusing one that lacks it)."""
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -306,7 +306,9 @@ class CLUEMethod(Method):
     def load_final(self, folder: Path) -> nn.Module:
         from transformers import AutoModel
 
-        return AutoModel.from_pretrained(folder)
+        from hf_vrl.weights import load_pretrained
+
+        return load_pretrained(AutoModel, folder)
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
         """linear_probe.top1, retrieval.i2i_R@1 / i2i_R@5 and granularity.* (CLUE §5.1.2, §3.1; granularity on
@@ -340,8 +342,11 @@ class CLUEMethod(Method):
         figures/gradcam.png (Fig. 9)."""
         from hf_vrl.methods.clue.evaluate import plot_part_maps
         from hf_vrl.methods.clue.export import export_backbone
+        from hf_vrl.run.layout import atomic_dir
 
-        backbone = export_backbone(model, self.run.dir.root / "exports" / "backbone", self.image_processor)
+        backbone = self.run.dir.exports / "backbone"
+        with atomic_dir(backbone) as folder:
+            export_backbone(model, folder, self.image_processor)
         outputs = {"backbone": str(backbone)}
         test = self._eval_data() if self.config.eval.figures else None
         count = self.settings.part_map_images

@@ -135,7 +135,9 @@ def _load_encoder(name: str, device: str | torch.device | None) -> tuple[Any, An
             torch.manual_seed(0)
             model = AutoModel.from_config(AutoConfig.from_pretrained(path))
     else:
-        model = AutoModel.from_pretrained(str(path) if path.is_dir() else name)
+        from hf_vrl.weights import load_pretrained
+
+        model = load_pretrained(AutoModel, str(path) if path.is_dir() else name, extra_allowed=True)
     return model.to(device or default_device()), AutoTokenizer.from_pretrained(
         str(path) if path.is_dir() else name
     )

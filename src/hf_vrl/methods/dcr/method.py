@@ -408,8 +408,9 @@ class DCRMethod(Method):
 
     def load_stage(self, stage: str, folder: Path) -> nn.Module:
         from hf_vrl.models.dcr import DCRModel
+        from hf_vrl.weights import load_pretrained
 
-        return DCRModel.from_pretrained(folder, dtype=torch.float32)
+        return load_pretrained(DCRModel, folder, dtype=torch.float32)
 
     def save_final(self, model: nn.Module, folder: Path) -> None:
         """The base model with the enhanced tower in `folder` (final/), the tower and the DCRModel in
@@ -429,9 +430,10 @@ class DCRMethod(Method):
 
     def load_final(self, folder: Path) -> nn.Module:
         from hf_vrl.models.dcr import DCRModel
+        from hf_vrl.weights import load_pretrained
 
         source = folder if self.stages() == ["stage1"] else self.run.dir.exports / "dcr-model"
-        return DCRModel.from_pretrained(source, dtype=torch.float32)
+        return load_pretrained(DCRModel, source, dtype=torch.float32)
 
     def _processor(self) -> Any:
 
@@ -460,6 +462,8 @@ class DCRMethod(Method):
             return self._evaluation
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+        from hf_vrl.weights import load_pretrained
+
         dataset = self.run.eval_data(image_size=self.image_size)
         mmvp = self.config.dcr.mmvp
         pairs = None
@@ -472,7 +476,11 @@ class DCRMethod(Method):
 
             pairs = load_mmvp_vlm(mmvp)
         text_side = hasattr(AutoConfig.from_pretrained(self.clip), "text_config")
-        clip = AutoModel.from_pretrained(self.clip, dtype=torch.float32).eval() if text_side else None
+        clip = (
+            load_pretrained(AutoModel, self.clip, extra_allowed=True, dtype=torch.float32)
+            if text_side
+            else None
+        )
         self._evaluation = {
             "dataset": dataset,
             "pairs": pairs,

@@ -170,7 +170,9 @@ class DiffCLIPMethod(Method):
     def load_final(self, folder: Path) -> nn.Module:
         from transformers import AutoModel
 
-        return AutoModel.from_pretrained(folder)
+        from hf_vrl.weights import load_pretrained
+
+        return load_pretrained(AutoModel, folder)
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
         from hf_vrl.evaluation import evaluate_clip
