@@ -10,7 +10,7 @@ import pytest
 from hf_vrl.errors import UserError
 from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
 from hf_vrl.presets import load_preset
-from hf_vrl.run.config import resolve
+from hf_vrl.run.config import SAMPLES_PER_STEP, resolve
 from hf_vrl.run.layout import RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
 
 
@@ -62,9 +62,8 @@ def test_resume_refuses_another_configuration_and_names_the_difference(tmp_path)
     assert run.open(config(), resume="auto") is True
     with pytest.raises(UserError) as error:
         run.open(config(**{"seed": 1, "optim.batch_size": 16}), resume="auto")
-    assert "optim.batch_size: 64 there, 16 now" in str(error.value) and "seed: 0 there, 1 now" in str(
-        error.value
-    )
+    message = str(error.value)
+    assert f"{SAMPLES_PER_STEP}: 64 there, 16 now" in message and "seed: 0 there, 1 now" in message
 
 
 def test_resume_accepts_changes_that_do_not_define_the_run(tmp_path):
@@ -124,3 +123,40 @@ def test_atomic_write_json_replaces_the_file(tmp_path):
     assert json.loads(path.read_text()) == {"a": 2} and [p.name for p in tmp_path.iterdir()] == [
         "report.json"
     ]
+
+
+def test_a_resume_may_change_what_only_takes_memory(tmp_path):
+    """Under whole_batch accumulation the micro-batch is memory only (issue 27): a resume after an
+    out-of-memory error may halve it; under micro_batch accumulation it is what the loss sees."""
+    run = recorded(tmp_path, config(**{"optim.global_batch_size": 64}))
+    assert run.open(config(**{"optim.global_batch_size": 64, "optim.batch_size": 32}), resume="auto")
+    plain = recorded(tmp_path / "plain", config(**{"optim.batch_size": 64}))
+    assert plain.open(config(**{"optim.batch_size": 32, "optim.gradient_accumulation_steps": 2}), "auto")
+    with pytest.raises(UserError, match=f"{SAMPLES_PER_STEP}: 64 there, 32 now"):  # half the step
+        plain.open(config(**{"optim.batch_size": 32}), resume="auto")
+    micro = {"optim.accumulation": "micro_batch", "optim.global_batch_size": 64}
+    exact = recorded(tmp_path / "micro", config(**micro))
+    with pytest.raises(UserError, match="optim.batch_size: 64 there, 32 now"):
+        exact.open(config(**micro, **{"optim.batch_size": 32}), resume="auto")
+
+
+def test_dcr_recomputation_and_unet_chunks_are_memory_settings(tmp_path):
+    from hf_vrl.methods.dcr.method import DCRRunConfig
+
+    dcr = resolve(DCRRunConfig, load_preset("dcr-tiny"))
+    run = recorded(tmp_path, dcr)
+    lean = resolve(
+        DCRRunConfig,
+        load_preset("dcr-tiny"),
+        {"dcr.gradient_checkpointing": "chunks", "dcr.unet_chunk_size": 2},
+    )
+    assert run.open(lean, resume="auto") is True
+
+
+def test_loader_workers_define_a_streamed_run(tmp_path):
+    """Each loader worker reads its own shards of a stream, so the stream's order follows their count: a
+    resume with another --num-workers on streamed data is refused (map-style data: accepted, above)."""
+    shards = {"data.dataset": "webdataset:/data/cc3m/{00000..00003}.tar", "optim.max_steps": 10}
+    run = recorded(tmp_path, config(**shards))
+    with pytest.raises(UserError, match="data.num_workers: 0 there, 2 now"):
+        run.open(config(**shards, **{"data.num_workers": 2}), resume="auto")

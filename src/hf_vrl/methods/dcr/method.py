@@ -92,6 +92,7 @@ class DCRSettings:
             "UNet activation recompute in backward: none; per diffusers block; feedforward (the lean UNet "
             "+ each GEGLU projection); pointwise ops only; selective (matmuls kept, the rest recomputed); "
             "whole UNet chunks",
+            identity=False,
         )
     )
     reuse_prefix: bool = setting(
@@ -129,6 +130,7 @@ class DCRSettings:
         None,
         "UNet evaluations per call (default: all in one call; auto: as many as free GPU memory holds)",
         check=lambda v: None if v in (None, "auto") or v >= 1 else f"must be >= 1, 'auto' or none, got {v!r}",
+        identity=False,
     )
     reconstruction_reduction: Literal["sum", "mean"] = setting(
         "sum",
