@@ -1,9 +1,11 @@
-"""VRLTrainer's run-safety mechanisms: atomic checkpoints, a method's extra state across resume, equal
-batches from streams."""
+"""VRLTrainer's run-safety mechanisms: atomic checkpoints that list their files and follow the umask, damaged
+ones skipped for the newest complete one, a method's extra state across resume, equal batches from streams."""
 
 from __future__ import annotations
 
+import json
 import os
+import zipfile
 
 import pytest
 import torch
@@ -11,6 +13,8 @@ from datasets import IterableDataset
 from torch import nn
 from transformers import TrainingArguments
 
+from hf_vrl.errors import UserError
+from hf_vrl.run.layout import CHECKPOINT_MANIFEST, checkpoint_problem, last_complete_checkpoint
 from hf_vrl.trainer import EXTRA_STATE_NAME, STAGING_DIR, VRLTrainer
 
 
@@ -141,3 +145,58 @@ def test_streams_give_full_batches_only(tmp_path):
     args = _args(tmp_path, 6, dataloader_drop_last=True, save_strategy="no")
     Recorder(model=Regressor(), args=args, train_dataset=stream, data_collator=_collate).train()
     assert sizes == [4] * 6
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o002, 0o664)])
+def test_a_checkpoint_lists_its_files_and_they_follow_the_umask(tmp_path, mask, mode):
+    """Every file is listed in checkpoint.json (what a complete checkpoint holds), and none is left 0600 by
+    the private temporary files safetensors and torch write through (the extra state included)."""
+    old = os.umask(mask)
+    try:
+        _trainer(tmp_path, 2).train()
+    finally:
+        os.umask(old)
+    checkpoint = tmp_path / "checkpoint-2"
+    listed = json.loads((checkpoint / CHECKPOINT_MANIFEST).read_text())["files"]
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", EXTRA_STATE_NAME} <= set(
+        listed
+    )
+    assert sorted(listed) == sorted(p.name for p in checkpoint.iterdir() if p.name != CHECKPOINT_MANIFEST)
+    assert {name: (checkpoint / name).stat().st_mode & 0o777 for name in listed} == dict.fromkeys(
+        listed, mode
+    )
+
+
+def _cut(path):
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+DAMAGES = {
+    "optimizer.pt is missing": lambda c: (c / "optimizer.pt").unlink(),
+    "scheduler.pt is missing": lambda c: (c / "scheduler.pt").unlink(),
+    "model.safetensors is missing": lambda c: (c / "model.safetensors").unlink(),
+    "model.safetensors cannot be read": lambda c: _cut(c / "model.safetensors"),
+    "rng_state.pth cannot be read": lambda c: (c / "rng_state.pth").write_bytes(b"garbage"),
+    "trainer_state.json cannot be read": lambda c: (c / "trainer_state.json").write_text("{'step"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_checkpoint_gives_way_to_the_newest_complete_one(tmp_path, damage, caplog):
+    _trainer(tmp_path, 4).train()
+    DAMAGES[damage](tmp_path / "checkpoint-4")
+    with caplog.at_level("WARNING", logger="hf_vrl.run"):
+        assert last_complete_checkpoint(tmp_path, report=True) == tmp_path / "checkpoint-2"
+    assert f"checkpoint-4 is incomplete ({damage}" in caplog.text and "skipped" in caplog.text
+
+
+def test_damage_the_completeness_check_cannot_see_is_one_line_at_load(tmp_path):
+    """An RNG state that is a well-formed archive but no torch file: resuming stops with one line."""
+    _trainer(tmp_path, 2).train()
+    with zipfile.ZipFile(tmp_path / "checkpoint-2" / "rng_state.pth", "w") as archive:
+        archive.writestr("other", "not a torch file")
+    assert checkpoint_problem(tmp_path / "checkpoint-2") is None
+    with pytest.raises(UserError) as error:
+        _trainer(tmp_path, 4).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    message = str(error.value)
+    assert "checkpoint-2 cannot be resumed (RuntimeError" in message and len(message.splitlines()) == 1

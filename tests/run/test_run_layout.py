@@ -19,10 +19,12 @@ def config(**overrides):
 
 
 def saved_step(run, step=2):
-    """A complete checkpoint: the run saved trained work (a folder without one is not a run yet)."""
+    """A complete checkpoint of a folder hf_vrl made: the run saved trained work (a folder without one is not
+    a run yet)."""
     folder = run.checkpoints("train") / f"checkpoint-{step}"
     folder.mkdir(parents=True)
     (folder / "trainer_state.json").write_text("{}")
+    run.mark()
 
 
 def recorded(tmp_path, cfg):
@@ -90,6 +92,7 @@ def test_a_run_of_another_method_is_not_resumed(tmp_path):
 
 
 def test_only_complete_checkpoints_are_resumed_from(tmp_path):
+    """Checkpoints of an earlier release: no checkpoint.json, judged by the files they hold."""
     folder = tmp_path / "checkpoints"
     for step, complete in ((2, True), (4, True), (6, False)):
         (folder / f"checkpoint-{step}").mkdir(parents=True)
@@ -160,3 +163,35 @@ def test_loader_workers_define_a_streamed_run(tmp_path):
     run = recorded(tmp_path, config(**shards))
     with pytest.raises(UserError, match="data.num_workers: 0 there, 2 now"):
         run.open(config(**shards, **{"data.num_workers": 2}), resume="auto")
+
+
+def test_only_folders_hf_vrl_made_are_written(tmp_path):
+    foreign = tmp_path / "mine"
+    for name in ("figures", "logs", "exports"):
+        (foreign / name).mkdir(parents=True)
+    (foreign / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(UserError, match="is not empty and is not an hf_vrl run folder"):
+        RunDir(foreign).check_writable()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is a file"):
+        RunDir(tmp_path / "file").check_writable()
+    for ours in (tmp_path / "new", tmp_path / "empty"):
+        ours.mkdir(exist_ok=ours.name == "new")
+        RunDir(ours).check_writable()
+    earlier = tmp_path / "earlier"  # a run folder of an earlier release: its config.json, no marker
+    atomic_write_json(earlier / "config.json", config().to_dict())
+    RunDir(earlier).check_writable()
+
+
+def test_a_takeover_keeps_inputs_only_when_they_were_made_by_the_same_run(tmp_path):
+    """inputs/ of a run that never saved a step is reused by a command that defines the same run (its
+    recorded config.json), rebuilt by any other (issue 29: a DiVE run's 5-step toy CLIP was reused by the
+    corrected 30-step command)."""
+    run = RunDir(tmp_path / "run")
+    atomic_write_json(run.config_file, config(seed=5).to_dict())
+    (run.inputs / "pretrained").mkdir(parents=True)
+    run.clear_unstarted(config(seed=5, **{"output.logging_steps": 1}))
+    assert (run.inputs / "pretrained").is_dir() and not run.config_file.exists()
+    atomic_write_json(run.config_file, config(seed=5).to_dict())
+    run.clear_unstarted(config(seed=6))
+    assert not run.inputs.exists()

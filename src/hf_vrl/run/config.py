@@ -509,18 +509,20 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`)."""
+    import yaml
+
     path = Path(path)
     text = path.read_text()
     try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except (json.JSONDecodeError, ValueError) as error:
+        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except yaml.MarkedYAMLError as error:  # several lines of context: the problem and where it is
+        mark = error.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"{path} is not valid YAML: {error.problem}{where}") from None
+    except (yaml.YAMLError, ValueError) as error:
         kind = "YAML" if path.suffix in (".yaml", ".yml") else "JSON"
-        raise UserError(f"{path} is not valid {kind}: {error}") from None
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UserError(f"{path} is not valid {kind}: {reason}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of settings, got {type(data).__name__}")
     return data

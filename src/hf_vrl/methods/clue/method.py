@@ -161,6 +161,14 @@ class CLUEMethod(Method):
     config_class = CLUERunConfig
     summary = "CLUE: soft-InfoNCE + part + description terms (Eq. 8) for fine-grained SSL"
 
+    def known_tasks(self) -> tuple[str, ...]:
+        from hf_vrl.methods.clue.evaluate import TASKS
+
+        return TASKS
+
+    def image_size(self) -> int:
+        return self.config.clue.image_size
+
     def setup(self) -> None:
         import hf_vrl.models  # noqa: F401  (registers CLUE with the Auto classes for load_final)
         from hf_vrl.methods.clue.model import build_image_processor

@@ -173,9 +173,12 @@ def build_text_bank(
         with torch.no_grad():
             embeddings = _encode(texts, text_encoder, tokenizer, batch_size).float().cpu().contiguous()
         if cache is not None:
+            from hf_vrl.run.layout import readable_as_umask
+
             cache.parent.mkdir(parents=True, exist_ok=True)
             partial = cache.with_suffix(".partial")
             save_file({"embeddings": embeddings}, partial)
+            readable_as_umask(partial)  # safetensors writes 0600; the cache follows the umask
             partial.replace(cache)
     column = None if is_json_source(text_source) else text_source
     by_id = load_descriptions(text_source) if column is None else None

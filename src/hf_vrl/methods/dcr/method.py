@@ -235,6 +235,20 @@ class DCRMethod(Method):
     def stages(self) -> list[str]:
         return STAGE_PLANS[self.config.dcr.stage]
 
+    def image_size(self) -> int:
+        return _vision_config(_resolve(self.config.model.clip)).image_size
+
+    def check(self) -> None:
+        """The shared checks, and --clip a CLIP-family model (what `DCRModel.from_clip` builds on)."""
+        from hf_vrl.models.dcr.modeling_dcr import _TOWER_CLASSES  # the towers from_clip takes
+        from hf_vrl.run.preflight import check_model_kind
+
+        expected = (
+            "DCR enhances a CLIP/MetaCLIP or SigLIP checkpoint (CLIPModel, SiglipModel or their towers)"
+        )
+        check_model_kind(self.config.model.clip, "--clip", lambda c: c.model_type in _TOWER_CLASSES, expected)
+        super().check()  # reads --clip's image size
+
     # -- inputs ----------------------------------------------------------------------------------------------
 
     def setup(self) -> None:
