@@ -10,6 +10,7 @@ import zipfile
 import pytest
 import torch
 from datasets import IterableDataset
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import TrainingArguments
 
@@ -200,3 +201,49 @@ def test_damage_the_completeness_check_cannot_see_is_one_line_at_load(tmp_path):
         _trainer(tmp_path, 4).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     message = str(error.value)
     assert "checkpoint-2 cannot be resumed (RuntimeError" in message and len(message.splitlines()) == 1
+
+
+class _ViTRegressor(_Plain):
+    """A tiny transformers ViT trained to a regression target: a model whose checkpoint keys transformers 5
+    renames on load (`encoder.layer.0.attention.attention.query` -> `layers.0.attention.q_proj`)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        features = model(pixel_values=inputs["x"]).last_hidden_state[:, 0]
+        return nn.functional.mse_loss(features.sum(-1), inputs["y"])
+
+
+def _vit_trainer(out, steps):
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    vit = ViTModel(ViTConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+                             image_size=8, patch_size=4), add_pooling_layer=False)  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    rows = [
+        {"x": torch.randn(3, 8, 8, generator=gen), "y": torch.randn((), generator=gen)} for _ in range(16)
+    ]
+    return _ViTRegressor(model=vit, args=_args(out, steps), train_dataset=rows, data_collator=_collate)
+
+
+def test_a_vit_checkpoint_resumes_under_the_new_names_and_a_renamed_tensor_is_refused(tmp_path):
+    """Issue 30: the Trainer's own load matched none of the renamed keys and went on with the untrained
+    encoder (a warning only). The trained weights come back exactly; a tensor the model does not have is one
+    line, before anything is loaded."""
+    full = _vit_trainer(tmp_path / "full", 4)
+    full.train()
+    resumed = _vit_trainer(tmp_path / "full", 4)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    weights = tmp_path / "full" / "checkpoint-2" / "model.safetensors"
+    tensors = load_file(weights)
+    assert "encoder.layer.0.attention.attention.query.weight" in tensors  # the names on disk are the old ones
+    tensors["encoder.layer.0.attention.attention.queries.weight"] = tensors.pop(
+        "encoder.layer.0.attention.attention.query.weight"
+    )
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(UserError) as error:
+        _vit_trainer(tmp_path / "full", 4).train(resume_from_checkpoint=str(weights.parent))
+    message = str(error.value)
+    assert "does not fit ViTModel: 1 missing (e.g. layers.0.attention.q_proj.weight)" in message
+    assert "1 unexpected" in message and len(message.splitlines()) == 1

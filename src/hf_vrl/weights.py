@@ -68,14 +68,18 @@ def _quiet_transformers() -> Iterator[None]:
         logging.set_verbosity(level)
 
 
+def _from_pretrained(model_class: Any, folder: str | os.PathLike, **kwargs: Any) -> tuple[Any, dict]:
+    with _quiet_transformers():
+        return model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+
+
 def load_pretrained(
     model_class: Any, folder: str | os.PathLike, *, extra_allowed: bool = False, **kwargs: Any
 ) -> Any:
     """`model_class.from_pretrained(folder, **kwargs)` (a model class or an Auto class), refusing in one line
     a folder with missing, reshaped or (unless `extra_allowed`: a checkpoint of the model with a head loaded
     into its base model) unexpected tensors."""
-    with _quiet_transformers():
-        model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+    model, info = _from_pretrained(model_class, folder, **kwargs)
     unexpected = () if extra_allowed else info.get("unexpected_keys", ())
     check_keys(
         folder,
@@ -89,12 +93,19 @@ def load_pretrained(
 
 def restore_weights(model: nn.Module, folder: str | os.PathLike) -> None:
     """Load the weights `save_pretrained` wrote into `folder` into `model` (in place), under the names this
-    transformers gives them; any tensor that does not meet the model is refused in one line."""
+    transformers gives them: the file is read by `from_pretrained` of the model's class (its key conversion),
+    and every tensor of `model` must come from the file, every tensor of the file must reach `model` (a part
+    the class builds by default but `model` was built without, such as a ViT's pooler, is left out)."""
     from safetensors.torch import load_file
     from transformers import PreTrainedModel
 
-    if isinstance(model, PreTrainedModel):
-        loaded = load_pretrained(type(model), folder, dtype=next(model.parameters()).dtype)
-        check_state_dict(model, loaded.state_dict(), folder)
+    if not isinstance(model, PreTrainedModel):
+        check_state_dict(model, load_file(os.path.join(folder, "model.safetensors")), folder)
         return
-    check_state_dict(model, load_file(os.path.join(folder, "model.safetensors")), folder)
+    loaded, info = _from_pretrained(type(model), folder, dtype=next(model.parameters()).dtype)
+    unset = set(info.get("missing_keys", ())) | {key for key, *_ in info.get("mismatched_keys", ())}
+    read = {key: value for key, value in loaded.state_dict().items() if key not in unset}
+    own = model.state_dict()
+    unexpected = [*info.get("unexpected_keys", ()), *(read.keys() - own.keys())]
+    check_keys(folder, type(model).__name__, own.keys() - read.keys(), unexpected)
+    check_state_dict(model, {key: read[key] for key in own}, folder)
