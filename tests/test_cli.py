@@ -74,3 +74,51 @@ def test_llava_commands_take_trains_flag_names_in_either_spelling():
         dashed_flags(["--llava", "L", "--vision", "V", "--output_dir", "O"])
     )
     assert export.output == "O"
+
+
+class _RunsCode:
+    """A pickle that would run a shell command when loaded (what a malicious checkpoint holds)."""
+
+    def __init__(self, sentinel):
+        self.sentinel = sentinel
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.sentinel}",))
+
+
+def test_convert_refuses_a_pickle_that_runs_code_in_one_line(tmp_path, capsys):
+    import torch
+
+    from hf_vrl.cli import main
+
+    checkpoint, sentinel = tmp_path / "checkpoint_best.pt", tmp_path / "ran"
+    torch.save({"state_dict": {"w": torch.zeros(1)}, "args": _RunsCode(sentinel)}, checkpoint)
+    code = main(["convert", "diffclip", "--official", str(checkpoint), "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 2 and "--official: Refusing to load" in err[0]
+    assert "the pickle references posix.system" in err[0]
+    assert not sentinel.exists() and not (tmp_path / "out").exists()
+
+
+def test_convert_names_the_tokenizer_argument(tmp_path, capsys):
+    """--tokenizer takes a preset folder as the other commands do; one that is nowhere is named as given."""
+    from hf_vrl.cli import main
+    from hf_vrl.methods.diffclip.convert_cli import _tokenizer
+
+    assert len(_tokenizer("tiny-clip")) == 725
+    code = main(
+        [
+            "convert",
+            "diffclip",
+            "--clip",
+            "tiny-clip",
+            "--tokenizer",
+            "/no/tok",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 2 and err[0].startswith("hf-vrl: error: --tokenizer /no/tok:")

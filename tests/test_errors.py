@@ -49,7 +49,7 @@ def test_a_damaged_weight_file_is_named(tmp_path, capsys):
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(UserError, match="already holds a run"):
         (tmp_path / "run").mkdir()
-        (tmp_path / "run" / "config.json").write_text("{}")
+        (tmp_path / "run" / "config.json").write_text('{"method": "diffclip", "optim": {}}')
         (tmp_path / "run" / "final").mkdir()  # a run that saved its work
         main(["train", "diffclip", "--output-dir", str(tmp_path / "run"), "--debug"])
 
@@ -57,3 +57,13 @@ def test_debug_shows_the_traceback(tmp_path):
 def test_bugs_keep_their_traceback():
     assert explain(ZeroDivisionError("division by zero")) is None
     assert explain(UserError("change x")) == "change x"
+
+
+def test_a_write_that_found_the_disk_full_is_not_called_a_damaged_file():
+    """safetensors reports a full disk as a SafetensorError, which said 'cannot be read ... re-download'."""
+    from safetensors import SafetensorError
+
+    message = explain(
+        SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    )
+    assert message.startswith("no space left on the disk (SafetensorError") and "re-download" not in message

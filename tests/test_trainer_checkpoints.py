@@ -1,16 +1,21 @@
-"""VRLTrainer's run-safety mechanisms: atomic checkpoints, a method's extra state across resume, equal
-batches from streams."""
+"""VRLTrainer's run-safety mechanisms: atomic checkpoints that list their files and follow the umask, damaged
+ones skipped for the newest complete one, a method's extra state across resume, equal batches from streams."""
 
 from __future__ import annotations
 
+import json
 import os
+import zipfile
 
 import pytest
 import torch
 from datasets import IterableDataset
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import TrainingArguments
 
+from hf_vrl.errors import UserError
+from hf_vrl.run.layout import CHECKPOINT_MANIFEST, checkpoint_problem, last_complete_checkpoint
 from hf_vrl.trainer import EXTRA_STATE_NAME, STAGING_DIR, VRLTrainer
 
 
@@ -141,3 +146,104 @@ def test_streams_give_full_batches_only(tmp_path):
     args = _args(tmp_path, 6, dataloader_drop_last=True, save_strategy="no")
     Recorder(model=Regressor(), args=args, train_dataset=stream, data_collator=_collate).train()
     assert sizes == [4] * 6
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o002, 0o664)])
+def test_a_checkpoint_lists_its_files_and_they_follow_the_umask(tmp_path, mask, mode):
+    """Every file is listed in checkpoint.json (what a complete checkpoint holds), and none is left 0600 by
+    the private temporary files safetensors and torch write through (the extra state included)."""
+    old = os.umask(mask)
+    try:
+        _trainer(tmp_path, 2).train()
+    finally:
+        os.umask(old)
+    checkpoint = tmp_path / "checkpoint-2"
+    listed = json.loads((checkpoint / CHECKPOINT_MANIFEST).read_text())["files"]
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", EXTRA_STATE_NAME} <= set(
+        listed
+    )
+    assert sorted(listed) == sorted(p.name for p in checkpoint.iterdir() if p.name != CHECKPOINT_MANIFEST)
+    assert {name: (checkpoint / name).stat().st_mode & 0o777 for name in listed} == dict.fromkeys(
+        listed, mode
+    )
+
+
+def _cut(path):
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+DAMAGES = {
+    "optimizer.pt is missing": lambda c: (c / "optimizer.pt").unlink(),
+    "scheduler.pt is missing": lambda c: (c / "scheduler.pt").unlink(),
+    "model.safetensors is missing": lambda c: (c / "model.safetensors").unlink(),
+    "model.safetensors cannot be read": lambda c: _cut(c / "model.safetensors"),
+    "rng_state.pth cannot be read": lambda c: (c / "rng_state.pth").write_bytes(b"garbage"),
+    "trainer_state.json cannot be read": lambda c: (c / "trainer_state.json").write_text("{'step"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_checkpoint_gives_way_to_the_newest_complete_one(tmp_path, damage, caplog):
+    _trainer(tmp_path, 4).train()
+    DAMAGES[damage](tmp_path / "checkpoint-4")
+    with caplog.at_level("WARNING", logger="hf_vrl.run"):
+        assert last_complete_checkpoint(tmp_path, report=True) == tmp_path / "checkpoint-2"
+    assert f"checkpoint-4 is incomplete ({damage}" in caplog.text and "skipped" in caplog.text
+
+
+def test_damage_the_completeness_check_cannot_see_is_one_line_at_load(tmp_path):
+    """An RNG state that is a well-formed archive but no torch file: resuming stops with one line."""
+    _trainer(tmp_path, 2).train()
+    with zipfile.ZipFile(tmp_path / "checkpoint-2" / "rng_state.pth", "w") as archive:
+        archive.writestr("other", "not a torch file")
+    assert checkpoint_problem(tmp_path / "checkpoint-2") is None
+    with pytest.raises(UserError) as error:
+        _trainer(tmp_path, 4).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    message = str(error.value)
+    assert "checkpoint-2 cannot be resumed (RuntimeError" in message and len(message.splitlines()) == 1
+
+
+class _ViTRegressor(_Plain):
+    """A tiny transformers ViT trained to a regression target: a model whose checkpoint keys transformers 5
+    renames on load (`encoder.layer.0.attention.attention.query` -> `layers.0.attention.q_proj`)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        features = model(pixel_values=inputs["x"]).last_hidden_state[:, 0]
+        return nn.functional.mse_loss(features.sum(-1), inputs["y"])
+
+
+def _vit_trainer(out, steps):
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    vit = ViTModel(ViTConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+                             image_size=8, patch_size=4), add_pooling_layer=False)  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    rows = [
+        {"x": torch.randn(3, 8, 8, generator=gen), "y": torch.randn((), generator=gen)} for _ in range(16)
+    ]
+    return _ViTRegressor(model=vit, args=_args(out, steps), train_dataset=rows, data_collator=_collate)
+
+
+def test_a_vit_checkpoint_resumes_under_the_new_names_and_a_renamed_tensor_is_refused(tmp_path):
+    """Issue 30: the Trainer's own load matched none of the renamed keys and went on with the untrained
+    encoder (a warning only). The trained weights come back exactly; a tensor the model does not have is one
+    line, before anything is loaded."""
+    full = _vit_trainer(tmp_path / "full", 4)
+    full.train()
+    resumed = _vit_trainer(tmp_path / "full", 4)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    weights = tmp_path / "full" / "checkpoint-2" / "model.safetensors"
+    tensors = load_file(weights)
+    assert "encoder.layer.0.attention.attention.query.weight" in tensors  # the names on disk are the old ones
+    tensors["encoder.layer.0.attention.attention.queries.weight"] = tensors.pop(
+        "encoder.layer.0.attention.attention.query.weight"
+    )
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(UserError) as error:
+        _vit_trainer(tmp_path / "full", 4).train(resume_from_checkpoint=str(weights.parent))
+    message = str(error.value)
+    assert "does not fit ViTModel: 1 missing (e.g. layers.0.attention.q_proj.weight)" in message
+    assert "1 unexpected" in message and len(message.splitlines()) == 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["UserError", "explain"]
+__all__ = ["UserError", "explain", "is_disk_full"]
 
 
 class UserError(Exception):
@@ -58,11 +58,32 @@ def explain(error: BaseException) -> str | None:
             f"the Hugging Face Hub cannot be reached ({reason}): check the network connection or proxy, "
             "then run the command again"
         )
+    if is_disk_full(error):
+        return (
+            f"no space left on the disk ({type(error).__name__}: {_first_line(text)}): free some space, then "
+            "run the command again"
+        )
     if type(error).__name__ == "SafetensorError":
         file = _safetensors_file(error) or "a .safetensors file"
         reason = _first_line(text)
         return f"{file} cannot be read ({reason}): it is truncated or damaged; re-download or re-save it"
     return None
+
+
+def is_disk_full(error: BaseException | None) -> bool:
+    """Whether `error` (or an error behind it) is a write that found the disk or the quota full, as Python,
+    safetensors or torch's writer (`inline_container.cc`, whose message names no cause) report it."""
+    import errno
+
+    seen = 0
+    while error is not None and seen < 10:
+        text = str(error)
+        if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+            mark in text for mark in ("No space left", "os error 28", "Disk quota", "inline_container.cc")
+        ):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 _NETWORK_ERRORS = (

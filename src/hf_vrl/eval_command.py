@@ -177,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     _show_progress_logs()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     remote = args.trust_remote_code
-    from hf_vrl.run.preflight import check_data, check_source
+    from hf_vrl.run.preflight import check_data, check_finished_run, check_source
 
+    check_finished_run(args.model, "--model")
     check_source(args.model, "--model")  # before loading: one line naming what to change
     check_data(args.dataset, "--dataset")
     dataset = train = None

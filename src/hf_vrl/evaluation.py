@@ -686,14 +686,15 @@ def _first_line(error: BaseException) -> str:
 def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> tuple[Any, Any, Any]:
     """(model, image_processor, tokenizer) from a local dir or hub id; tokenizer is None for vision towers.
     hf_vrl's own model types (DiffCLIP, DCR) load with the installed classes, without remote code. A model
-    that cannot be loaded, or that embeds no images, raises a one-line UserError."""
+    that cannot be loaded, lacks a tensor, or embeds no images, raises a one-line UserError."""
     from transformers import AutoModel, AutoProcessor, AutoTokenizer, ImageProcessingMixin
 
     import hf_vrl.models  # noqa: F401  (registers hf_vrl's classes with the Auto classes)
+    from hf_vrl.weights import load_pretrained
 
     path = resolve_model_path(name)
-    try:
-        model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+    try:  # a tensor the folder lacks is refused (never evaluated at random); a head's extra ones are dropped
+        model = load_pretrained(AutoModel, path, extra_allowed=True, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:
         raise UserError(
             f"cannot load a model from {name!r}: {_first_line(error)}. Pass a folder written by "

@@ -8,16 +8,19 @@ loss as already normalised by ``num_items_in_batch`` and skip the division: GA-t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import pickle
 import shutil
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -357,7 +360,17 @@ class VRLTrainer(Trainer):
             raise ValueError(f"{type(self).__name__} cannot restore the extra state {sorted(state)}")
 
     def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
-        """Write the checkpoint under ``.staging/`` (with the extra state), then rename it into place."""
+        """Write the checkpoint under ``.staging/`` (with the extra state), list its files
+        (``checkpoint.json``: what a complete checkpoint holds), then rename it into place. Files follow the
+        umask; a full disk is one line naming it."""
+        from hf_vrl.run.layout import (
+            disk_full_is_one_line,
+            folder_size,
+            last_complete_checkpoint,
+            readable_as_umask,
+            write_checkpoint_manifest,
+        )
+
         run_dir = self._get_output_dir(trial)
         staging = os.path.join(run_dir, STAGING_DIR)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -366,15 +379,20 @@ class VRLTrainer(Trainer):
         self.accelerator.wait_for_everyone()
         self._get_output_dir = lambda trial=None: staging  # the Trainer writes (and rotates) there
         try:
-            super()._save_checkpoint(model, trial)
+            previous = last_complete_checkpoint(Path(run_dir))  # about what this one needs
+            needed = folder_size(previous) if previous else None
+            with disk_full_is_one_line(os.path.join(staging, name), os.path.join(run_dir, name), needed):
+                super()._save_checkpoint(model, trial)
+                if self.args.should_save:
+                    extra = {k: v.detach().cpu().contiguous() for k, v in self.extra_state().items()}
+                    if extra:
+                        save_file(extra, os.path.join(staging, name, EXTRA_STATE_NAME))
         finally:
             del self._get_output_dir
-        if self.args.should_save:
-            extra = {key: value.detach().cpu().contiguous() for key, value in self.extra_state().items()}
-            if extra:
-                save_file(extra, os.path.join(staging, name, EXTRA_STATE_NAME))
         self.accelerator.wait_for_everyone()  # every process has written its RNG state
         if self.args.should_save:
+            readable_as_umask(os.path.join(staging, name))
+            write_checkpoint_manifest(os.path.join(staging, name))
             target = os.path.join(run_dir, name)
             if os.path.isdir(target):  # saved again at the same step (the end of training)
                 shutil.rmtree(target)
@@ -387,11 +405,34 @@ class VRLTrainer(Trainer):
             )
         self.accelerator.wait_for_everyone()
 
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """The model's weights from a checkpoint under the names this transformers gives them (the conversion
+        `from_pretrained` applies: `hf_vrl.weights`), every tensor accounted for; FSDP shards as the Trainer
+        loads them."""
+        from peft import PeftModel
+
+        from hf_vrl.weights import check_keys, restore_weights
+
+        if self.is_fsdp_enabled:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        model = self.accelerator.unwrap_model(self.model if model is None else model)
+        if isinstance(model, PeftModel):  # its adapters: what the checkpoint holds
+            loaded = model.load_adapter(resume_from_checkpoint, model.active_adapters[0], is_trainable=True)
+            check_keys(resume_from_checkpoint, "the adapters", loaded.missing_keys, loaded.unexpected_keys)
+            return None
+        restore_weights(model, resume_from_checkpoint)
+        return None
+
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Also restore the extra state of the checkpoint being resumed (refusing one that lacks it)."""
-        super()._load_optimizer_and_scheduler(checkpoint)
+        with _damaged(checkpoint):
+            super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             self._load_extra_state(checkpoint)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        with _damaged(checkpoint):
+            super()._load_rng_state(checkpoint)
 
     def _load_extra_state(self, checkpoint: str) -> None:
         if not self.extra_state():
@@ -482,6 +523,21 @@ class VRLTrainer(Trainer):
         with torch.no_grad(), self.compute_loss_context_manager():
             loss = self.compute_loss(model, inputs)
         return loss.detach(), None, None
+
+
+@contextlib.contextmanager
+def _damaged(checkpoint: str | None) -> Iterator[None]:
+    """A checkpoint file that cannot be read (past the completeness check of `hf_vrl.run.layout`): a line."""
+    from hf_vrl.errors import UserError
+
+    try:
+        yield
+    except (RuntimeError, ValueError, KeyError, EOFError, OSError, pickle.UnpicklingError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UserError(
+            f"{checkpoint} cannot be resumed ({type(error).__name__}: {reason}): delete it to resume from "
+            "the checkpoint before it"
+        ) from error
 
 
 def _warm_up_from(start: float, warmup: int, factor: Callable[[int], float]) -> Callable[[int], float]:

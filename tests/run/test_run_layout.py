@@ -10,7 +10,7 @@ import pytest
 from hf_vrl.errors import UserError
 from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
 from hf_vrl.presets import load_preset
-from hf_vrl.run.config import resolve
+from hf_vrl.run.config import SAMPLES_PER_STEP, resolve
 from hf_vrl.run.layout import RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
 
 
@@ -19,10 +19,12 @@ def config(**overrides):
 
 
 def saved_step(run, step=2):
-    """A complete checkpoint: the run saved trained work (a folder without one is not a run yet)."""
+    """A complete checkpoint of a folder hf_vrl made: the run saved trained work (a folder without one is not
+    a run yet)."""
     folder = run.checkpoints("train") / f"checkpoint-{step}"
     folder.mkdir(parents=True)
     (folder / "trainer_state.json").write_text("{}")
+    run.mark()
 
 
 def recorded(tmp_path, cfg):
@@ -62,9 +64,8 @@ def test_resume_refuses_another_configuration_and_names_the_difference(tmp_path)
     assert run.open(config(), resume="auto") is True
     with pytest.raises(UserError) as error:
         run.open(config(**{"seed": 1, "optim.batch_size": 16}), resume="auto")
-    assert "optim.batch_size: 64 there, 16 now" in str(error.value) and "seed: 0 there, 1 now" in str(
-        error.value
-    )
+    message = str(error.value)
+    assert f"{SAMPLES_PER_STEP}: 64 there, 16 now" in message and "seed: 0 there, 1 now" in message
 
 
 def test_resume_accepts_changes_that_do_not_define_the_run(tmp_path):
@@ -91,6 +92,7 @@ def test_a_run_of_another_method_is_not_resumed(tmp_path):
 
 
 def test_only_complete_checkpoints_are_resumed_from(tmp_path):
+    """Checkpoints of an earlier release: no checkpoint.json, judged by the files they hold."""
     folder = tmp_path / "checkpoints"
     for step, complete in ((2, True), (4, True), (6, False)):
         (folder / f"checkpoint-{step}").mkdir(parents=True)
@@ -124,3 +126,72 @@ def test_atomic_write_json_replaces_the_file(tmp_path):
     assert json.loads(path.read_text()) == {"a": 2} and [p.name for p in tmp_path.iterdir()] == [
         "report.json"
     ]
+
+
+def test_a_resume_may_change_what_only_takes_memory(tmp_path):
+    """Under whole_batch accumulation the micro-batch is memory only (issue 27): a resume after an
+    out-of-memory error may halve it; under micro_batch accumulation it is what the loss sees."""
+    run = recorded(tmp_path, config(**{"optim.global_batch_size": 64}))
+    assert run.open(config(**{"optim.global_batch_size": 64, "optim.batch_size": 32}), resume="auto")
+    plain = recorded(tmp_path / "plain", config(**{"optim.batch_size": 64}))
+    assert plain.open(config(**{"optim.batch_size": 32, "optim.gradient_accumulation_steps": 2}), "auto")
+    with pytest.raises(UserError, match=f"{SAMPLES_PER_STEP}: 64 there, 32 now"):  # half the step
+        plain.open(config(**{"optim.batch_size": 32}), resume="auto")
+    micro = {"optim.accumulation": "micro_batch", "optim.global_batch_size": 64}
+    exact = recorded(tmp_path / "micro", config(**micro))
+    with pytest.raises(UserError, match="optim.batch_size: 64 there, 32 now"):
+        exact.open(config(**micro, **{"optim.batch_size": 32}), resume="auto")
+
+
+def test_dcr_recomputation_and_unet_chunks_are_memory_settings(tmp_path):
+    from hf_vrl.methods.dcr.method import DCRRunConfig
+
+    dcr = resolve(DCRRunConfig, load_preset("dcr-tiny"))
+    run = recorded(tmp_path, dcr)
+    lean = resolve(
+        DCRRunConfig,
+        load_preset("dcr-tiny"),
+        {"dcr.gradient_checkpointing": "chunks", "dcr.unet_chunk_size": 2},
+    )
+    assert run.open(lean, resume="auto") is True
+
+
+def test_loader_workers_define_a_streamed_run(tmp_path):
+    """Each loader worker reads its own shards of a stream, so the stream's order follows their count: a
+    resume with another --num-workers on streamed data is refused (map-style data: accepted, above)."""
+    shards = {"data.dataset": "webdataset:/data/cc3m/{00000..00003}.tar", "optim.max_steps": 10}
+    run = recorded(tmp_path, config(**shards))
+    with pytest.raises(UserError, match="data.num_workers: 0 there, 2 now"):
+        run.open(config(**shards, **{"data.num_workers": 2}), resume="auto")
+
+
+def test_only_folders_hf_vrl_made_are_written(tmp_path):
+    foreign = tmp_path / "mine"
+    for name in ("figures", "logs", "exports"):
+        (foreign / name).mkdir(parents=True)
+    (foreign / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(UserError, match="is not empty and is not an hf_vrl run folder"):
+        RunDir(foreign).check_writable()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is a file"):
+        RunDir(tmp_path / "file").check_writable()
+    for ours in (tmp_path / "new", tmp_path / "empty"):
+        ours.mkdir(exist_ok=ours.name == "new")
+        RunDir(ours).check_writable()
+    earlier = tmp_path / "earlier"  # a run folder of an earlier release: its config.json, no marker
+    atomic_write_json(earlier / "config.json", config().to_dict())
+    RunDir(earlier).check_writable()
+
+
+def test_a_takeover_keeps_inputs_only_when_they_were_made_by_the_same_run(tmp_path):
+    """inputs/ of a run that never saved a step is reused by a command that defines the same run (its
+    recorded config.json), rebuilt by any other (issue 29: a DiVE run's 5-step toy CLIP was reused by the
+    corrected 30-step command)."""
+    run = RunDir(tmp_path / "run")
+    atomic_write_json(run.config_file, config(seed=5).to_dict())
+    (run.inputs / "pretrained").mkdir(parents=True)
+    run.clear_unstarted(config(seed=5, **{"output.logging_steps": 1}))
+    assert (run.inputs / "pretrained").is_dir() and not run.config_file.exists()
+    atomic_write_json(run.config_file, config(seed=5).to_dict())
+    run.clear_unstarted(config(seed=6))
+    assert not run.inputs.exists()

@@ -271,3 +271,62 @@ def test_clue_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(cl
     kill_then_resume(CLUE, out, "save:train:4")
     assert_identical(out / "final", clue_full / "final")
     assert steps(out / "checkpoints/train") == [6]  # clue-tiny keeps the newest checkpoint only
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        ("optimizer.pt", "optimizer.pt is missing"),
+        pytest.param("model.safetensors", "model.safetensors cannot be read", marks=pytest.mark.slow),
+    ],  # every kind of damage in-process: tests/test_trainer_checkpoints.py
+)
+def test_a_damaged_last_checkpoint_falls_back_to_the_one_before(diffclip_full, tmp_path, damage, reason):
+    """A checkpoint is complete or it is not used (issue 29): the last one lost its optimizer state, or its
+    weights were cut short; the resume takes checkpoint-4, says which it skipped and why, and ends where the
+    uninterrupted run did."""
+    out = tmp_path / "run"
+    shutil.copytree(diffclip_full, out)
+    shutil.rmtree(out / "final")
+    (out / "report.json").unlink()
+    damaged = out / "checkpoints/train/checkpoint-6" / damage
+    if damage == "optimizer.pt":
+        damaged.unlink()
+    else:
+        damaged.write_bytes(damaged.read_bytes()[:-1000])
+    proc = hf_vrl([*DIFFCLIP, "--output-dir", str(out), "--resume"])
+    ok(proc)
+    assert f"checkpoint-6 is incomplete ({reason}" in proc.stderr and "resuming from" in proc.stderr
+    assert "checkpoint-4" in proc.stderr.split("resuming from")[1].splitlines()[0]
+    assert_identical(out / "final", diffclip_full / "final")
+
+
+@pytest.mark.slow
+def test_a_resume_with_half_the_micro_batch_equals_the_uninterrupted_run(tmp_path):
+    """An out-of-memory error is fixed by resuming with a smaller micro-batch (issue 27): under whole_batch
+    accumulation the loss sees the same 8 samples per step, only its gradient is summed over two micro-batches
+    of 4 instead of one of 8. Not bit-identical: that sum is taken in another order, so the weights agree to
+    float32 rounding (measured: max |difference| 6e-8 after three steps); plain SGD, because Adam turns the
+    rounding noise of gradients that are zero in exact arithmetic into updates of +-lr."""
+    argv = [*DIFFCLIP, "--global-batch-size", "8", "--optimizer", "sgd", "--learning-rate", "0.05"]
+    ok(hf_vrl([*argv, "--output-dir", str(tmp_path / "full")]))
+    out = tmp_path / "run"
+    killed(hf_vrl([*argv, "--output-dir", str(out)], kill="step:train:3"))
+    proc = hf_vrl([*argv, "--batch-size", "4", "--output-dir", str(out), "--resume"])
+    ok(proc)
+    assert "4 per process and micro-batch x 2 micro-batches" in proc.stderr
+    full, resumed = weights(tmp_path / "full/final"), weights(out / "final")
+    assert max((full[key] - resumed[key]).abs().max().item() for key in full) < 1e-6
+
+
+@pytest.mark.slow
+def test_a_takeover_with_other_settings_rebuilds_what_the_folder_holds_in_inputs(tmp_path):
+    """A DiVE run that failed after building inputs/pretrained (1 toy pre-training step) is taken over by the
+    corrected command (2 steps): its inputs are rebuilt, as a fresh run builds them (issue 29: the 5-step
+    model was reused under a config.json saying 30)."""
+    out, fresh = tmp_path / "run", tmp_path / "fresh"
+    one_step = [*DIVE, "--pretrain-steps", "1"]  # the last --pretrain-steps counts
+    killed(hf_vrl([*one_step, "--output-dir", str(out)], kill="step:train:0"))
+    assert (out / "inputs/pretrained").is_dir() and not steps(out / "checkpoints/train")
+    killed(hf_vrl([*DIVE, "--output-dir", str(out)], kill="step:train:0"))
+    killed(hf_vrl([*DIVE, "--output-dir", str(fresh)], kill="step:train:0"))
+    assert_identical(out / "inputs/pretrained", fresh / "inputs/pretrained")

@@ -226,4 +226,8 @@ def load_hf_dataset(
         ds = ds.to_iterable_dataset() if streaming else ds
     else:
         ds = datasets.load_dataset(name, split=split, streaming=streaming, **load_kwargs)
+    sample_filter = sample_filter or SampleFilter(f"hf:{name}")
+    image = resolve_columns(ds, columns)[IMAGE]
+    if not streaming and image is not None:  # as an image folder: a damaged image is skipped and counted
+        ds = _without_bad_images(ds, image, sample_filter)
     return to_contract(ds, columns, seed=seed, limit=limit, sample_filter=sample_filter)

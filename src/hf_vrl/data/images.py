@@ -5,7 +5,12 @@ the other colour modes go through PIL's converters, 1-bit and 8-bit greyscale ar
 channels, 16-bit / 32-bit integer greyscale is scaled to 8 bits (`I;16*` by 1/257; `I` the same when its
 values fit 16 bits, else min-max), float greyscale (`F`) is read as [0, 1] when its maximum is <= 1.
 EXIF orientation is applied. Truncated and corrupt files raise `ImageDecodeError` with a `kind`, whatever
-`PIL.ImageFile.LOAD_TRUNCATED_IMAGES` the process set.
+`PIL.ImageFile.LOAD_TRUNCATED_IMAGES` the process set: a file cut short (even inside its header: it starts
+with its format's signature) is "truncated_image", one that is no image at all "corrupt_image".
+
+Large images: with a `draft_size` (the size the run needs) a JPEG is decoded downscaled (`draft`); an image
+that would still be above PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`, 89 MP by default) is
+refused from its header, before anything is decoded ("too_large"; raise the limit to keep such images).
 
 Tiny images: images whose shorter side is below `min_side` (default 8 px) are *rejected* (kind
 "too_small"), not upscaled: in web crawls they are spacer pixels, icons and thumbnails whose content
@@ -35,6 +40,7 @@ WHITE = (255, 255, 255)
 CORRUPT_IMAGE = "corrupt_image"
 TRUNCATED_IMAGE = "truncated_image"
 TOO_SMALL = "too_small"
+TOO_LARGE = "too_large"
 UNSUPPORTED_MODE = "unsupported_mode"
 MISSING_IMAGE = "missing_image"
 MISSING_CAPTION = "missing_caption"
@@ -44,6 +50,8 @@ TRUNCATED_SHARD = "truncated_shard"
 
 _ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
 _TRUNCATION_MESSAGES = ("truncated", "broken data stream", "premature end", "unexpected end")
+# the first bytes of JPEG, PNG, GIF, BMP and TIFF files (WebP: RIFF....WEBP)
+_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*")
 _EXIF_ORIENTATION = 0x0112
 
 
@@ -87,6 +95,34 @@ def _open(source: Any) -> Image.Image:
             raise ImageDecodeError(MISSING_IMAGE, f"image file not found: {os.fspath(source)}")
         return Image.open(source)
     raise TypeError(f"cannot decode an image from {type(source).__name__}")
+
+
+def _cut_header(source: Any, error: BaseException) -> bool:
+    """Whether a header that could not be read belongs to a file cut short (it starts with an image format's
+    signature, or the parser ran out of bytes) rather than to garbage."""
+    if _error_kind(error) == TRUNCATED_IMAGE:
+        return True
+    head = b""
+    if isinstance(source, Mapping):
+        source = source.get("bytes") or source.get("path")
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        head = bytes(source[:12])
+    elif isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as handle:
+            head = handle.read(12)
+    return head.startswith(_SIGNATURES) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+
+
+def _check_pixels(image: Image.Image) -> None:
+    """Refuse, from its header and before decoding, an image above PIL's decompression-bomb limit
+    (`Image.MAX_IMAGE_PIXELS`; None lifts it): decoding it whole would hold gigabytes for one sample."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit and image.size[0] * image.size[1] > limit:
+        raise ImageDecodeError(
+            TOO_LARGE,
+            f"image is {image.size[0]}x{image.size[1]}, above PIL's Image.MAX_IMAGE_PIXELS ({limit}) "
+            "(raise it to keep such images)",
+        )
 
 
 def _error_kind(error: BaseException) -> str:
@@ -146,14 +182,20 @@ def decode_image(source: Any, *, min_side: int = 1, draft_size: int | None = Non
     """
     errors = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
     try:
-        image = _open(source)
+        with warnings.catch_warnings():  # an image above the limit is refused below, with its count
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = _open(source)
     except ImageDecodeError:
         raise
-    except errors as error:  # no readable header: garbage, whatever the parser ran into (not a cut file)
-        raise ImageDecodeError(CORRUPT_IMAGE, f"cannot decode image: {error}") from error
+    except Image.DecompressionBombError as error:  # PIL's own refusal, at twice Image.MAX_IMAGE_PIXELS
+        raise ImageDecodeError(TOO_LARGE, f"cannot decode image: {error}") from error
+    except errors as error:  # no readable header: a file cut inside it (its format's signature), or garbage
+        kind = TRUNCATED_IMAGE if _cut_header(source, error) else CORRUPT_IMAGE
+        raise ImageDecodeError(kind, f"cannot decode image: {error}") from error
+    if draft_size and image.format == "JPEG" and image is not source:
+        image.draft(None, (draft_size, draft_size))
+    _check_pixels(image)
     try:
-        if draft_size and image.format == "JPEG" and image is not source:
-            image.draft(None, (draft_size, draft_size))
         with _truncation_is_an_error():
             image.load()
     except errors as error:

@@ -146,6 +146,18 @@ def load_dataset_by_name(
     return generic.load_hf_dataset(target, split, streaming=streaming, **common, **kwargs)
 
 
+def is_streamed(name: str) -> bool:
+    """Whether `name` loads as a stream (image-text shards and tables), from the name alone (no data read)."""
+    if name in NAMED:
+        return False
+    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    try:
+        prefix = prefix or _detect(os.path.expanduser(target))
+    except FileNotFoundError:
+        return False
+    return prefix in ("webdataset", "parquet", "csv")
+
+
 def check_dataset_name(name: str, what: str = "--dataset") -> None:
     """Raise `UserError` when `name` cannot name data: an unknown name, a path or glob that matches nothing.
     Cheap (no data is read): a run checks its data before it writes anything. Hub ids are left to loading."""

@@ -87,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     from huggingface_hub import constants
 
+    from hf_vrl.run.preflight import check_finished_run, check_trained_model
+
+    check_trained_model(args.run_dir, "hf-vrl push")
+    check_finished_run(args.run_dir, "hf-vrl push")
+
     if constants.HF_HUB_OFFLINE and not args.dry_run:
         from hf_vrl.errors import UserError
 

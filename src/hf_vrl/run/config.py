@@ -47,6 +47,7 @@ SHARED_SECTIONS = ("data", "optim", "eval", "output")
 # -- declaring settings ------------------------------------------------------------------------------------
 
 Check = Callable[[Any], str | None]  # value -> None when fine, else what is wrong
+Defines = bool | Callable[["RunConfig"], bool]  # whether a setting defines the run (given the whole config)
 
 
 def setting(
@@ -54,12 +55,14 @@ def setting(
     help: str = "",
     *,
     check: Check | None = None,
-    identity: bool = True,
+    identity: Defines = True,
     default_factory: Callable[[], Any] | None = None,
 ) -> Any:
     """A configuration field. `check` returns what is wrong with a value (None when it is fine); `identity`
     says whether the field belongs to what a run *is* (resuming with a different value is refused) rather
-    than to how it is watched or where it writes (logging, workers, evaluation)."""
+    than to how it is watched, where it writes or how much memory it takes (logging, evaluation, loader
+    workers, micro-batches, recomputation); a function of the configuration where that depends on other
+    settings (the micro-batch defines the run under micro_batch accumulation only)."""
     metadata = {"help": help, "check": check, "identity": identity}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
@@ -104,6 +107,18 @@ def _report_to_problem(value: Any) -> str | None:
     return None
 
 
+def _per_micro_batch(config: RunConfig) -> bool:
+    """Whether the loss is computed per micro-batch, so that the micro-batch defines the run."""
+    return config.optim.accumulation == "micro_batch"
+
+
+def _streamed_data(config: RunConfig) -> bool:
+    """Whether the training data streams (its order then follows the loader workers' count)."""
+    from hf_vrl.data.registry import is_streamed
+
+    return config.data.dataset is not None and is_streamed(config.data.dataset)
+
+
 # -- the shared sections -----------------------------------------------------------------------------------
 
 
@@ -122,7 +137,13 @@ class DataConfig:
     shuffle_buffer: int = setting(
         10_000, "shuffle buffer of streamed data (0: stream order)", check=at_least(0)
     )
-    num_workers: int = setting(0, "data-loading processes per device", check=at_least(0), identity=False)
+    num_workers: int = setting(
+        0,
+        "data-loading processes per device (streamed data: fixed for the run, since each worker reads its "
+        "own shards and the stream's order follows the count)",
+        check=at_least(0),
+        identity=_streamed_data,
+    )
 
 
 @dataclass
@@ -134,6 +155,7 @@ class OptimConfig:
         "micro-batch: samples per process and forward pass (with whole_batch accumulation a memory setting "
         "only: the largest divisor of the process's share up to this)",
         check=at_least(1),
+        identity=_per_micro_batch,
     )
     global_batch_size: int | None = setting(
         None,
@@ -142,7 +164,10 @@ class OptimConfig:
         check=at_least(1),
     )
     gradient_accumulation_steps: int | None = setting(
-        None, "micro-batches per optimiser step (default 1, or from global_batch_size)", check=at_least(1)
+        None,
+        "micro-batches per optimiser step (default 1, or from global_batch_size)",
+        check=at_least(1),
+        identity=_per_micro_batch,
     )
     accumulation: Literal["whole_batch", "micro_batch"] = setting(
         "whole_batch",
@@ -313,8 +338,19 @@ class RunConfig:
         return {"method": self.method, **dataclasses.asdict(self)}
 
     def identity(self) -> dict[str, Any]:
-        """Only the fields that define the run (what resuming must not change), flattened to dotted names."""
-        return {path: value for path, value, meta in _leaves(self) if meta.get("identity", True)}
+        """What defines the run (what resuming must not change): the fields that define it, flattened to
+        dotted names, and the samples of an optimiser step per process (`BatchPlan.per_process`: under
+        whole_batch accumulation the micro-batch is memory only, the batch it makes up is not)."""
+        fields = {path: value for path, value, meta in _leaves(self) if _defines(meta, self)}
+        return {**fields, SAMPLES_PER_STEP: self.batch_plan(process_count()).per_process}
+
+
+SAMPLES_PER_STEP = "samples per process and optimiser step"
+
+
+def _defines(meta: Mapping[str, Any], config: RunConfig) -> bool:
+    identity = meta.get("identity", True)
+    return bool(identity(config) if callable(identity) else identity)
 
 
 # -- walking and building ------------------------------------------------------------
@@ -484,18 +520,20 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`)."""
+    import yaml
+
     path = Path(path)
     text = path.read_text()
     try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except (json.JSONDecodeError, ValueError) as error:
+        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except yaml.MarkedYAMLError as error:  # several lines of context: the problem and where it is
+        mark = error.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"{path} is not valid YAML: {error.problem}{where}") from None
+    except (yaml.YAMLError, ValueError) as error:
         kind = "YAML" if path.suffix in (".yaml", ".yml") else "JSON"
-        raise UserError(f"{path} is not valid {kind}: {error}") from None
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UserError(f"{path} is not valid {kind}: {reason}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of settings, got {type(data).__name__}")
     return data

@@ -12,9 +12,16 @@
 
 One writer per folder (`RunLock`): a run holds `<run>/.lock` (an OS file lock, released by the kernel when
 the process dies, even by SIGKILL) from before it reads the folder until it ends; a second process is refused.
+`<run>/.hf-vrl-run` marks a folder hf_vrl made: a non-empty folder without it (or a run's config.json of an
+earlier release) is refused, so that hf_vrl never clears what it did not write.
+
+A checkpoint is complete when every file its writer listed in `checkpoint.json` is there and readable (JSON
+parses, a safetensors header matches its file, a torch file's zip directory reads); an incomplete one is
+skipped, with the reason in the run log, and the newest complete one is resumed.
 
 Rules (`RunDir.open`): a new run refuses a folder that holds a run (a trained step: a complete checkpoint, a
-finished stage or `final/`; a folder whose run never saved a step may be taken over by any command);
+finished stage or `final/`; a folder whose run never saved a step may be taken over by any command, its
+`inputs/` kept only when its recorded configuration defines the same run);
 `--resume` refuses a configuration that differs from the recorded one in anything that defines the run; a
 stage whose result exists is never trained again; a folder is written under a temporary name and renamed into
 place, so a killed run never leaves a half-written result that a later run would take for complete.
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -35,14 +43,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_vrl.errors import UserError
+from hf_vrl.errors import UserError, is_disk_full
 
-__all__ = ["RunDir", "RunLock", "atomic_dir", "atomic_write_json", "last_complete_checkpoint"]
+__all__ = [
+    "RunDir",
+    "RunLock",
+    "atomic_dir",
+    "atomic_write_json",
+    "checkpoint_problem",
+    "disk_full_is_one_line",
+    "folder_size",
+    "last_complete_checkpoint",
+    "readable_as_umask",
+    "write_checkpoint_manifest",
+]
+
+logger = logging.getLogger("hf_vrl.run")
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-# a checkpoint is complete when the Trainer's last file is there (the rename makes it all-or-nothing; this
-# also rejects half-written folders left by tools that write in place)
+# the Trainer's last file: a folder without it never held a checkpoint (a tool that writes in place left it)
 CHECKPOINT_COMPLETE_FILE = "trainer_state.json"
+CHECKPOINT_MANIFEST = (
+    "checkpoint.json"  # the files of a checkpoint, listed by its writer once all are written
+)
+RUN_MARKER = ".hf-vrl-run"  # a folder hf_vrl made for a run
 
 
 def _umask() -> int:
@@ -64,27 +88,71 @@ def atomic_write_json(path: Path, data: Any) -> None:
     os.replace(handle.name, path)
 
 
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def folder_size(folder: str | os.PathLike, pattern: str = "*") -> int:
+    """Bytes of the files in `folder` (and below) whose names match `pattern`."""
+    return sum(p.stat().st_size for p in Path(folder).rglob(pattern) if p.is_file())
+
+
 @contextlib.contextmanager
-def atomic_dir(path: Path) -> Iterator[Path]:
-    """Yield a temporary folder beside `path`; on success it replaces `path` in one rename."""
+def disk_full_is_one_line(staging: str | os.PathLike, what: Any, needed: int | None = None) -> Iterator[None]:
+    """Around writing `what` into the folder `staging`: a full disk ends the run in one line naming the disk,
+    its free space and the space needed (`needed`, else what was written before it filled); the half-written
+    folder is removed, so that its space is free again."""
+    staging = Path(staging)
+    try:
+        yield
+    except Exception as error:
+        if not is_disk_full(error):
+            raise
+        written = folder_size(staging) if staging.is_dir() else 0
+        shutil.rmtree(staging, ignore_errors=True)
+        mount = staging.parent.resolve()
+        while not os.path.ismount(mount):
+            mount = mount.parent
+        free = shutil.disk_usage(mount).free
+        space = [f"{_size(free)} free"]
+        space += (
+            [f"about {_size(needed)} needed"] if needed else [f"{_size(written)} written"] if written else []
+        )
+        raise UserError(
+            f"no space left on the disk of {mount} while writing {what} ({', '.join(space)}): free some "
+            "space or choose another --output-dir, then continue with --resume auto"
+        ) from None
+
+
+@contextlib.contextmanager
+def atomic_dir(path: Path, needed: int | None = None) -> Iterator[Path]:
+    """Yield a temporary folder beside `path`; on success it replaces `path` in one rename (a full disk is
+    one line: `disk_full_is_one_line`, with `needed` bytes when the caller knows them)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     staging.chmod(0o777 & ~_umask())  # as `mkdir` would make it, not mkdtemp's 0700
     try:
-        yield staging
+        with disk_full_is_one_line(staging, path, needed):
+            yield staging
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _readable_as_umask(staging)
+    readable_as_umask(staging)
     if path.exists():
         shutil.rmtree(path)
     os.replace(staging, path)
 
 
-def _readable_as_umask(folder: Path) -> None:
-    """Give what libraries wrote through private temporary files (0600) the permissions the umask allows."""
+def readable_as_umask(path: str | os.PathLike) -> None:
+    """Give what libraries wrote through private temporary files (0600: safetensors, torch) the permissions
+    the umask allows, as a plain `open` would have: the file `path`, or everything in the folder `path`."""
     mask = _umask()
-    for parent, dirs, files in os.walk(folder):
+    walked = os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [os.path.basename(path)])]
+    for parent, dirs, files in walked:
         for name, allowed in [(d, 0o777) for d in dirs] + [(f, 0o666) for f in files]:
             target = os.path.join(parent, name)
             mode = os.lstat(target).st_mode
@@ -92,16 +160,74 @@ def _readable_as_umask(folder: Path) -> None:
                 os.chmod(target, (mode & 0o777) | (allowed & ~mask))
 
 
-def last_complete_checkpoint(folder: Path) -> Path | None:
-    """The complete `checkpoint-<step>` of `folder` with the highest step, or None."""
+def write_checkpoint_manifest(folder: str | os.PathLike) -> None:
+    """List every file of the checkpoint `folder` in its `checkpoint.json` (call once all are written)."""
+    folder = Path(folder)
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    atomic_write_json(folder / CHECKPOINT_MANIFEST, {"files": [f for f in files if f != CHECKPOINT_MANIFEST]})
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why the file at `path` cannot be read (its format checked, cheaply), or None."""
+    try:
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as handle:  # checks the header against the size
+                handle.keys()
+        elif path.suffix in (".pt", ".pth", ".bin"):
+            import zipfile
+
+            with zipfile.ZipFile(path) as archive:  # torch.save's format: its directory is the file's end
+                archive.infolist()
+    except Exception as error:  # any failure to read is damage, whatever the library raises
+        return f"{path.name} cannot be read ({type(error).__name__})"
+    return None
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """What keeps the checkpoint `folder` from being resumed (a listed file missing or unreadable), or None.
+    A checkpoint of an earlier release (no `checkpoint.json`) is checked by the files it has."""
+    if not (folder / CHECKPOINT_COMPLETE_FILE).is_file():
+        return f"no {CHECKPOINT_COMPLETE_FILE}"
+    manifest = folder / CHECKPOINT_MANIFEST
+    if manifest.is_file():
+        problem = _unreadable(manifest)
+        if problem is not None:
+            return problem
+        files = [folder / name for name in json.loads(manifest.read_text()).get("files", [])]
+        missing = [str(path.relative_to(folder)) for path in files if not path.is_file()]
+        if missing:
+            return f"{', '.join(missing[:3])} {'is' if len(missing) == 1 else 'are'} missing"
+    else:
+        files = [path for path in folder.rglob("*") if path.is_file()]
+    return next((problem for path in files if (problem := _unreadable(path))), None)
+
+
+def _checkpoints(folder: Path) -> list[Path]:
+    """The `checkpoint-<step>` folders that hold a checkpoint, newest first."""
     if not folder.is_dir():
-        return None
-    complete = [
+        return []
+    found = [
         (int(match.group(1)), child)
         for child in folder.iterdir()
         if (match := _CHECKPOINT.match(child.name)) and (child / CHECKPOINT_COMPLETE_FILE).is_file()
     ]
-    return max(complete)[1] if complete else None
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def last_complete_checkpoint(folder: Path, report: bool = False) -> Path | None:
+    """The complete `checkpoint-<step>` of `folder` with the highest step, or None; with `report`, the run
+    log says which newer ones were skipped and why."""
+    for checkpoint in _checkpoints(folder):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            return checkpoint
+        if report:
+            logger.warning("%s is incomplete (%s): skipped", checkpoint, problem)
+    return None
 
 
 class RunLock:
@@ -185,15 +311,45 @@ class RunDir:
         return self.final if last else self.checkpoints(stage) / "done"
 
     def holds_run(self) -> bool:
-        """Whether a run here saved trained work (a complete checkpoint, a finished stage, `final/`); a folder
-        whose run never got that far holds nothing to lose and may be taken over."""
+        """Whether a run here saved trained work (a checkpoint, even a damaged one, a finished stage,
+        `final/`); a folder whose run never got that far holds nothing to lose and may be taken over."""
         if self.final.is_dir():
             return True
         stages = self.root / "checkpoints"
         for stage in stages.iterdir() if stages.is_dir() else ():
-            if (stage / "done").is_dir() or last_complete_checkpoint(stage) is not None:
+            if (stage / "done").is_dir() or _checkpoints(stage):
                 return True
         return False
+
+    def is_ours(self) -> bool:
+        """Whether hf_vrl made this folder (its marker, or a run's config.json of an earlier release), or it
+        is empty (the lock files aside)."""
+        if not self.root.is_dir() or (self.root / RUN_MARKER).is_file():
+            return True
+        if not {p.name for p in self.root.iterdir()} - {".lock", ".lock.owner"}:
+            return True
+        recorded = self.recorded_config() or {}
+        from hf_vrl.run import METHODS
+
+        return recorded.get("method") in METHODS and isinstance(recorded.get("optim"), dict)
+
+    def check_writable(self) -> None:
+        """Refuse, before anything is written, an output folder hf_vrl must not write into: a file, or a
+        non-empty folder it did not make."""
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(f"--output-dir {self.root} is a file: give a folder (new, or a run's)")
+        if not self.is_ours():
+            raise UserError(
+                f"--output-dir {self.root} is not empty and is not an hf_vrl run folder: give a new or empty "
+                "folder (hf_vrl clears only what it wrote)"
+            )
+
+    def mark(self) -> None:
+        """Mark the folder as hf_vrl's (`RUN_MARKER`), before the run's first write."""
+        if not (self.root / RUN_MARKER).is_file():
+            from hf_vrl import __version__
+
+            atomic_write_json(self.root / RUN_MARKER, {"hf_vrl": __version__})
 
     def lock(self) -> RunLock:
         """Take this folder's writer lock (`RunLock`); raises `UserError` when another process holds it."""
@@ -211,9 +367,14 @@ class RunDir:
             if place.parent == stages:
                 shutil.rmtree(place / ".staging", ignore_errors=True)
 
-    def clear_unstarted(self) -> None:
+    def clear_unstarted(self, config: Any) -> None:
         """Remove what a run that never saved a step left (its report, skip logs, half-written checkpoints),
-        so that the run taking the folder over starts clean; `inputs/` stays (checked where it is used)."""
+        so that the run taking the folder over with `config` starts clean; `inputs/` stays when the recorded
+        configuration defines the same run (what it holds was made by the same settings), else it goes too."""
+        recorded = self.recorded_config()
+        if self.inputs.is_dir() and not (recorded is not None and self._same_run(config, recorded)):
+            logger.info("%s was made by other settings than this run's: rebuilding it", self.inputs)
+            shutil.rmtree(self.inputs)
         for name in ("config.json", "report.json"):
             with contextlib.suppress(FileNotFoundError):
                 (self.root / name).unlink()
@@ -221,7 +382,12 @@ class RunDir:
             shutil.rmtree(folder, ignore_errors=True)
 
     def recorded_config(self) -> dict[str, Any] | None:
-        return json.loads(self.config_file.read_text()) if self.config_file.is_file() else None
+        """The recorded configuration (config.json), None when there is none or it cannot be read."""
+        try:
+            recorded = json.loads(self.config_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return recorded if isinstance(recorded, dict) else None
 
     def open(self, config: Any, resume: str | None) -> bool:
         """Check the resume rules for `config`; returns whether this continues a recorded run.
@@ -229,6 +395,7 @@ class RunDir:
         Without `resume` the folder must not hold a run. With `resume="auto"` a folder without a run starts
         fresh. Resuming compares the recorded configuration's identity (`RunConfig.identity`) with this one.
         """
+        self.check_writable()
         if not self.holds_run():
             if resume not in (None, "auto"):
                 raise UserError(f"--resume {resume}: {self.root} holds no run to resume")

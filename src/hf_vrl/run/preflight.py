@@ -5,12 +5,23 @@ that names the setting to change."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from hf_vrl.errors import UserError
 
-__all__ = ["check_data", "check_loggers", "check_push", "check_source"]
+__all__ = [
+    "check_data",
+    "check_finished_run",
+    "check_loggers",
+    "check_model_kind",
+    "check_push",
+    "check_remote_code",
+    "check_source",
+    "check_tasks",
+    "check_trained_model",
+]
 
 
 def check_data(name: str | None, what: str) -> None:
@@ -62,6 +73,85 @@ def check_source(value: str | None, what: str, special: Iterable[str] = ()) -> N
             f"{what} {value}: neither a local folder nor reachable on the Hugging Face Hub (HF_HUB_OFFLINE=1 "
             "and it is not in the local cache): download it first, or give a local folder"
         )
+
+
+def check_model_kind(value: str | None, what: str, accepts: Callable[[Any], bool], expected: str) -> None:
+    """`value` (a folder, preset or Hub id that `check_source` accepted) names a model of the kind the method
+    builds on: its configuration is read (no weights) and `accepts(config)` decides; one line otherwise."""
+    if value is None:
+        return
+    from transformers import AutoConfig
+
+    import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types)
+    from hf_vrl.evaluation import resolve_model_path
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(value))
+    except (OSError, ValueError):
+        return  # no configuration to judge here: loading says what is wrong
+    if not accepts(config):
+        raise UserError(f"{what} {value} is a {config.model_type!r} model: {expected}")
+
+
+def check_remote_code(path: str | None, what: str, trusted: bool) -> None:
+    """A local model folder whose config names its own Python code (`auto_map`, a model type neither
+    transformers nor hf_vrl registers) is loaded only with --trust-remote-code; refused before anything
+    runs or is written otherwise (transformers itself refuses such code when the flag is off)."""
+    if path is None or trusted or not (Path(path) / "config.json").is_file():
+        return
+    import json
+
+    from transformers import CONFIG_MAPPING
+
+    import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types)
+
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # not a model folder hf_vrl can judge: loading says what is wrong
+    if config.get("auto_map") and config.get("model_type") not in CONFIG_MAPPING:
+        raise UserError(
+            f"{what} {path} carries its own Python code (auto_map in config.json): add --trust-remote-code "
+            "to run it, or give a model transformers or hf_vrl knows"
+        )
+
+
+def check_finished_run(path: str | os.PathLike, what: str) -> None:
+    """`path` (a run folder or its final/) is not a run that stopped before final/: that one is finished
+    first, by its own command with --resume auto."""
+    from hf_vrl.run.layout import RunDir
+
+    path = Path(path)
+    run = RunDir(path.parent if path.name == "final" else path)
+    if "method" in (run.recorded_config() or {}) and not run.final.is_dir():
+        raise UserError(
+            f"{what} {path}: the run in {run.root} stopped before final/ (killed or failed): finish it with "
+            "the command that started it and --resume auto, then use its final/"
+        )
+
+
+def check_trained_model(path: str | os.PathLike, what: str) -> None:
+    """`path` is not a training checkpoint (its weights and optimiser, no processors: made for resuming)."""
+    from hf_vrl.run.layout import CHECKPOINT_COMPLETE_FILE
+
+    path = Path(path)
+    if path.name.startswith("checkpoint-") and (path / CHECKPOINT_COMPLETE_FILE).is_file():
+        raise UserError(
+            f"{what} {path} is a training checkpoint (made for resuming, without processors): give the run "
+            "folder, whose final/ is the model (--resume auto finishes a stopped run)"
+        )
+
+
+def check_tasks(tasks: Iterable[str] | None, known: Iterable[str], method: str) -> None:
+    """--tasks names only tasks the method's evaluation runs (a method without a choice takes none)."""
+    known = list(known)
+    if not tasks:
+        return
+    if not known:
+        raise UserError(f"--tasks: {method} evaluates a fixed set of tasks; drop --tasks")
+    unknown = [task for task in tasks if task not in known]
+    if unknown:
+        raise UserError(f"--tasks {unknown[0]}: unknown task; choose from {', '.join(known)}")
 
 
 def check_loggers(report_to: Iterable[str]) -> None:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
+import tempfile
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +30,15 @@ from hf_vrl.errors import UserError
 from hf_vrl.run import fsdp, preflight
 from hf_vrl.run.config import RunConfig
 from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
-from hf_vrl.run.layout import RunDir, RunLock, atomic_dir, atomic_write_json, last_complete_checkpoint
+from hf_vrl.run.layout import (
+    RunDir,
+    RunLock,
+    atomic_dir,
+    atomic_write_json,
+    checkpoint_problem,
+    folder_size,
+    last_complete_checkpoint,
+)
 from hf_vrl.run.report import log_evaluation
 from hf_vrl.run.signals import handle_signals, saving_on_signal
 
@@ -47,10 +58,11 @@ class Run:
     world_size: int = 1
     skip_log: SkipLog = None  # type: ignore[assignment]
     stats: dict[str, Any] = field(default_factory=dict)
+    _datasets: dict[tuple, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.skip_log is None:
-            self.skip_log = SkipLog(self.dir.logs / "skips")
+        if self.skip_log is None:  # aside (made when a skip comes) until the folder is the run's
+            self.skip_log = SkipLog(Path(tempfile.gettempdir()) / f"hf-vrl-skips-{uuid.uuid4().hex}")
 
     @property
     def is_main(self) -> bool:
@@ -69,26 +81,41 @@ class Run:
 
         return SampleFilter(name, draft_size=decode_size, log=self.skip_log)
 
-    def train_data(self, image_size: int | None = None, **loader_kwargs: Any) -> Any:
+    def _load(self, name: str, what: str, split: str, limit: int | None, image_size: int | None) -> Any:
+        """`load_dataset_by_name` once per arguments (the checks before the first write load what training
+        then uses); a source that cannot be loaded is one line naming the setting."""
+        from hf_vrl.data.registry import load_dataset_by_name
+
+        key = (name, split, limit, image_size)
+        if key not in self._datasets:
+            stream_options = {"decode_size": image_size}
+            if what == "--dataset":
+                stream_options["shuffle_buffer"] = self.config.data.shuffle_buffer
+                filtered = {"sample_filter": self.sample_filter(f"{name} ({split})", image_size)}
+            else:
+                stream_options["shuffle_buffer"], filtered = 0, {}
+            try:
+                self._datasets[key] = load_dataset_by_name(
+                    name,
+                    split=split,
+                    limit=limit,
+                    seed=self.config.seed,
+                    image_size=image_size,
+                    stream_options=stream_options,
+                    **filtered,
+                )
+            except (FileNotFoundError, ValueError, KeyError) as error:
+                raise UserError(f"{what} {name} (split {split}): {_load_problem(error)}") from None
+        return self._datasets[key]
+
+    def train_data(self, image_size: int | None = None) -> Any:
         """The training data, seeded per sample (`hf_vrl.run.data`); streams are this process's share."""
         from datasets import IterableDataset
-
-        from hf_vrl.data.registry import load_dataset_by_name
 
         data = self.config.data
         if data.dataset is None:
             raise UserError("no training data: give --dataset (a registry name or path)")
-        stream_options = {"shuffle_buffer": data.shuffle_buffer, "decode_size": image_size}
-        dataset = load_dataset_by_name(
-            data.dataset,
-            split=data.split,
-            limit=data.train_limit,
-            seed=self.config.seed,
-            image_size=image_size,
-            sample_filter=self.sample_filter(f"{data.dataset} ({data.split})", image_size),
-            stream_options=stream_options,
-            **loader_kwargs,
-        )
+        dataset = self._load(data.dataset, "--dataset", data.split, data.train_limit, image_size)
         if isinstance(dataset, IterableDataset):
             if self.config.optim.max_steps is None:
                 raise UserError(f"{data.dataset} is streamed (its length is unknown): give --max-steps")
@@ -103,20 +130,11 @@ class Run:
 
     def eval_data(self, image_size: int | None = None, dataset: str | None = None) -> Any:
         """The map-style evaluation dataset (None when the configuration names none)."""
-        from hf_vrl.data.registry import load_dataset_by_name
-
         settings = self.config.eval
         name = dataset or settings.eval_dataset
         if name is None:
             return None
-        loaded = load_dataset_by_name(
-            name,
-            split=settings.eval_split,
-            limit=settings.eval_limit,
-            seed=self.config.seed,
-            image_size=image_size,
-            stream_options={"shuffle_buffer": 0},
-        )
+        loaded = self._load(name, "--eval-dataset", settings.eval_split, settings.eval_limit, image_size)
         return materialise(loaded, settings.eval_limit, "evaluation")
 
     def eval_record(self, rows: Any, dataset: str | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -128,6 +146,24 @@ class Run:
         name = dataset or settings.eval_dataset
         split, limit = settings.eval_split, settings.eval_limit
         return data_record(name, split, rows, limit=limit, seed=self.config.seed, **kwargs)
+
+    def check_data(self, image_size: int | None) -> None:
+        """Load the training and evaluation data at `image_size` (kept for the run): a split that does not
+        exist, too few samples for one step, a streamed source without its bound, refused before the first
+        write. Skipped samples are logged aside until the folder is the run's (`keep_skip_logs`)."""
+        self.train_data(image_size)
+        if self.config.eval.eval_before or self.config.eval.eval_after or self.config.eval.figures:
+            self.eval_data(image_size)
+
+    def keep_skip_logs(self) -> None:
+        """Move the skips logged while the data was checked into <run>/logs/skips, where the rest go."""
+        staged, self.skip_log.folder = self.skip_log.folder, self.dir.logs / "skips"
+        if staged != self.skip_log.folder and staged.is_dir():
+            self.skip_log.folder.mkdir(parents=True, exist_ok=True)
+            for path in staged.glob("*.tsv"):
+                with open(self.skip_log.folder / path.name, "a", encoding="utf-8") as handle:
+                    handle.write(path.read_text(encoding="utf-8"))
+            shutil.rmtree(staged, ignore_errors=True)
 
     # -- training --------------------------------------------------------------------------------------------
 
@@ -234,6 +270,15 @@ class Run:
         }
 
 
+def _load_problem(error: Exception) -> str:
+    """What kept a data source from loading, in a line (a text file that is not UTF-8 said as such)."""
+    if isinstance(error, UnicodeDecodeError):
+        where = f"{error.reason} at byte {error.start}"
+        return f"a text file in it (metadata.csv, ...) is not UTF-8 ({where}): save it as UTF-8"
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return (str(text).strip().splitlines() or [type(error).__name__])[0]
+
+
 class Method:
     """What one method adds to the shared run: override the hooks below (peft-tuner style)."""
 
@@ -253,9 +298,10 @@ class Method:
         return ["train"]
 
     def check(self) -> None:
-        """Everything that can be known before training (data names and paths, model sources in `sources`),
-        checked before the run folder is written; raise `UserError` (extend for a method's own inputs)."""
-        from hf_vrl.run.preflight import check_data, check_source
+        """Everything that can be known before training (data names and paths, model sources in `sources`,
+        --tasks, then the data itself: `Run.check_data`), checked before the run folder is written; raise
+        `UserError` (extend for a method's own inputs)."""
+        from hf_vrl.run.preflight import check_data, check_source, check_tasks
 
         check_data(self.config.data.dataset, "--dataset")
         check_data(self.config.eval.eval_dataset, "--eval-dataset")
@@ -263,6 +309,17 @@ class Method:
             section, _, name = path.rpartition(".")
             value = getattr(getattr(self.config, section) if section else self.config, name)
             check_source(value, "--" + name.replace("_", "-"), special)
+        check_tasks(self.config.eval.tasks, self.known_tasks(), self.name)
+        self.run.check_data(self.image_size())
+
+    def known_tasks(self) -> tuple[str, ...]:
+        """What --tasks may name (override; none: the method's evaluation is fixed)."""
+        return ()
+
+    def image_size(self) -> int | None:
+        """The image size the method loads its data at (generated and offline sets are drawn at it), from the
+        configuration alone (override; None: as stored)."""
+        return None
 
     def setup(self) -> None:
         """Load processors, build inputs (e.g. toy-world models); runs on every process before anything."""
@@ -312,21 +369,27 @@ def _process_state() -> tuple[int, int, Any]:
 
 
 def _stage_checkpoint(run: Run, stage: str) -> str | None:
-    """The checkpoint `stage` resumes from: the newest complete one (`--resume auto`), the given one when it
-    belongs to this stage, else none."""
+    """The checkpoint `stage` resumes from: the newest complete one (`--resume auto`; the log names those
+    skipped, and says when none is left), the given one when it belongs to this stage, else none."""
     folder = run.dir.checkpoints(stage)
     if run.resume is None:
         return None
     if run.resume == "auto":
-        found = last_complete_checkpoint(folder)
+        found = last_complete_checkpoint(folder, report=run.is_main)
         if found is not None:
             logger.info("%s: resuming from %s", stage, found)
+        elif run.is_main and any(folder.glob("checkpoint-*")):
+            logger.warning("%s: no complete checkpoint in %s: the stage starts over", stage, folder)
         return str(found) if found else None
     given = Path(run.resume).resolve()
     if given.parent != folder.resolve():
         return None
-    if last_complete_checkpoint(folder) is None or not (given / "trainer_state.json").is_file():
-        raise UserError(f"--resume {run.resume}: not a complete checkpoint (no trainer_state.json in it)")
+    problem = checkpoint_problem(given)
+    if problem is not None:
+        raise UserError(
+            f"--resume {run.resume}: not a complete checkpoint ({problem}); --resume auto takes "
+            "the newest complete one"
+        )
     return str(given)
 
 
@@ -374,6 +437,7 @@ def execute(method_class: type[Method], config: RunConfig, resume: str | None = 
     method = method_class(run)
     stages = method.stages()
     _check_resume_target(run, stages)
+    out.check_writable()
     method.check()  # all that can be known before training, before anything is written
     preflight.check_loggers(config.output.report_to)
     preflight.check_push(config.output.push_to_hub, config.output.hub_model_id)
@@ -384,6 +448,8 @@ def execute(method_class: type[Method], config: RunConfig, resume: str | None = 
     finally:
         if lock is not None:
             lock.release()
+        if not run.skip_log.folder.is_relative_to(out.root):  # a run refused before its folder was its own
+            shutil.rmtree(run.skip_log.folder, ignore_errors=True)
 
 
 def _lock(out: RunDir, state: Any) -> RunLock | None:
@@ -408,14 +474,16 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
     resumed = out.open(config, resume)  # every process checks before the main one writes
     state.wait_for_everyone()
     if run.is_main:
+        out.mark()
         if not resumed:  # a folder whose run never saved a step: taken over, its leftovers cleared
-            out.clear_unstarted()
+            out.clear_unstarted(config)
         out.sweep_temporaries()
         atomic_write_json(out.config_file, config.to_dict())
         logger.info("%s run in %s%s", method_class.name, out.root, " (resumed)" if resumed else "")
         plan = run.batch_plan()
         logger.info("%s", plan.describe(config.loss_terms(plan)))
     state.wait_for_everyone()  # the folder is cleared before any process records into it
+    run.keep_skip_logs()
     method.setup()
     report: dict[str, Any] = {"method": method_class.name, "config": config.to_dict()}
     previous = _previous_report(out) if resumed else {}
@@ -449,7 +517,8 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
         if sharded:  # every process: a plain model with the full weights again
             model = fsdp.gather(model)
         if run.is_main:
-            with atomic_dir(result) as folder:
+            newest = last_complete_checkpoint(out.checkpoints(stage))  # its weights: about what is written
+            with atomic_dir(result, folder_size(newest, "*.safetensors") if newest else None) as folder:
                 if last:
                     method.save_final(model, folder)
                 else:
@@ -459,6 +528,7 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
                 (out.checkpoints(stage) / ".staging").rmdir()
         state.wait_for_everyone()
     report["train"] = _train_summary(run)
+    push_failure = None
     if run.is_main:
         skipped = report["train"]["skipped"]
         logger.info("skipped samples: %s", rows_summary(skipped))
@@ -473,14 +543,16 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
             report, (run.training_arguments(stages[0]), 0), (run.training_arguments(stages[-1]), last)
         )
         if config.output.push_to_hub:
-            _push(run)
+            push_failure = _push(run)
     state.wait_for_everyone()
+    if push_failure is not None:  # the run is complete; the exit status says the push is not
+        raise UserError(push_failure)
     return report
 
 
-def _push(run: Run) -> None:
+def _push(run: Run) -> str | None:
     """--push-to-hub: publish the finished run as `hf-vrl push` does; a failed upload loses nothing (the run
-    is saved, and the log says how to retry)."""
+    is saved): returns what failed and how to retry, None when it is pushed."""
     from hf_vrl.hub.publish import publish
 
     output = run.config.output
@@ -489,12 +561,14 @@ def _push(run: Run) -> None:
             run.dir.root, output.hub_model_id, private=output.hub_private_repo, overwrite_card=True
         )
     except Exception as error:
-        logger.error(
-            "could not push to %s (%s: %s); the run is saved: retry with `hf-vrl push %s %s`",
-            output.hub_model_id, type(error).__name__, error, run.dir.root, output.hub_model_id,
-        )  # fmt: skip
-        return
+        reason = (str(error).strip().splitlines() or [""])[0]
+        return (
+            f"the run is saved in {run.dir.root}, but the push to {output.hub_model_id} failed "
+            f"({type(error).__name__}: {reason}): retry with "
+            f"`hf-vrl push {run.dir.root} {output.hub_model_id}`"
+        )
     logger.info("pushed to %s", publication.url)
+    return None
 
 
 def _previous_report(out: RunDir) -> dict[str, Any]:

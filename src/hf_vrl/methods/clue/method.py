@@ -157,6 +157,14 @@ class CLUEMethod(Method):
     config_class = CLUERunConfig
     summary = "CLUE: soft-InfoNCE + part + description terms (Eq. 8) for fine-grained SSL"
 
+    def known_tasks(self) -> tuple[str, ...]:
+        from hf_vrl.methods.clue.evaluate import TASKS
+
+        return TASKS
+
+    def image_size(self) -> int:
+        return self.config.clue.image_size
+
     def setup(self) -> None:
         import hf_vrl.models  # noqa: F401  (registers CLUE with the Auto classes for load_final)
         from hf_vrl.methods.clue.model import build_image_processor
@@ -302,7 +310,9 @@ class CLUEMethod(Method):
     def load_final(self, folder: Path) -> nn.Module:
         from transformers import AutoModel
 
-        return AutoModel.from_pretrained(folder)
+        from hf_vrl.weights import load_pretrained
+
+        return load_pretrained(AutoModel, folder)
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
         """linear_probe.top1, retrieval.i2i_R@1 / i2i_R@5 and granularity.* (CLUE §5.1.2, §3.1; granularity on
@@ -342,8 +352,11 @@ class CLUEMethod(Method):
         figures/gradcam.png (Fig. 9)."""
         from hf_vrl.methods.clue.evaluate import plot_part_maps
         from hf_vrl.methods.clue.export import export_backbone
+        from hf_vrl.run.layout import atomic_dir
 
-        backbone = export_backbone(model, self.run.dir.root / "exports" / "backbone", self.image_processor)
+        backbone = self.run.dir.exports / "backbone"
+        with atomic_dir(backbone) as folder:
+            export_backbone(model, folder, self.image_processor)
         outputs = {"backbone": str(backbone)}
         test = self._eval_data() if self.config.eval.figures else None
         count = self.settings.part_map_images

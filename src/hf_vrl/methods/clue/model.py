@@ -22,6 +22,7 @@ from hf_vrl.errors import UserError
 from hf_vrl.methods.clue.settings import BACKBONES, CLUESettings
 from hf_vrl.methods.clue.trainer import IMAGENET_MEAN, IMAGENET_STD
 from hf_vrl.models.clue import CLUEConfig, CLUEModel
+from hf_vrl.weights import load_pretrained
 
 __all__ = [
     "build_image_processor",
@@ -69,7 +70,7 @@ def _build(settings: CLUESettings, text_embed_dim: int | None) -> CLUEModel:
     except (OSError, ValueError) as err:
         raise UserError(f"cannot load model.backbone {settings.backbone!r}: {err}") from err
     if config.model_type == CLUEConfig.model_type:
-        model = CLUEModel.from_pretrained(settings.backbone, dtype=torch.float32)
+        model = load_pretrained(CLUEModel, settings.backbone, dtype=torch.float32)
         if text_embed_dim is not None and model.config.text_embed_dim != text_embed_dim:
             raise UserError(
                 f"{settings.backbone} has a text head of width {model.config.text_embed_dim}, the text "
@@ -80,7 +81,8 @@ def _build(settings: CLUESettings, text_embed_dim: int | None) -> CLUEModel:
         raise UserError(
             f"model.backbone must be a ResNet or ViT checkpoint, {settings.backbone} is {config.model_type!r}"
         )
-    return from_backbone(AutoModel.from_pretrained(settings.backbone, dtype=torch.float32), **kwargs)
+    backbone = load_pretrained(AutoModel, settings.backbone, extra_allowed=True, dtype=torch.float32)
+    return from_backbone(backbone, **kwargs)
 
 
 def freeze_unused(model: CLUEModel, settings: CLUESettings) -> CLUEModel:

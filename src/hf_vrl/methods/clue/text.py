@@ -135,7 +135,9 @@ def _load_encoder(name: str, device: str | torch.device | None) -> tuple[Any, An
             torch.manual_seed(0)
             model = AutoModel.from_config(AutoConfig.from_pretrained(path))
     else:
-        model = AutoModel.from_pretrained(str(path) if path.is_dir() else name)
+        from hf_vrl.weights import load_pretrained
+
+        model = load_pretrained(AutoModel, str(path) if path.is_dir() else name, extra_allowed=True)
     return model.to(device or default_device()), AutoTokenizer.from_pretrained(
         str(path) if path.is_dir() else name
     )
@@ -171,9 +173,12 @@ def build_text_bank(
         with torch.no_grad():
             embeddings = _encode(texts, text_encoder, tokenizer, batch_size).float().cpu().contiguous()
         if cache is not None:
+            from hf_vrl.run.layout import readable_as_umask
+
             cache.parent.mkdir(parents=True, exist_ok=True)
             partial = cache.with_suffix(".partial")
             save_file({"embeddings": embeddings}, partial)
+            readable_as_umask(partial)  # safetensors writes 0600; the cache follows the umask
             partial.replace(cache)
     column = None if is_json_source(text_source) else text_source
     by_id = load_descriptions(text_source) if column is None else None

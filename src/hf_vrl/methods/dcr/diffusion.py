@@ -354,9 +354,11 @@ def empty_prompt_embedding(
     """
     from transformers import AutoTokenizer, CLIPTextModel
 
+    from hf_vrl.weights import load_pretrained
+
     tokenizer = AutoTokenizer.from_pretrained(str(pretrained), subfolder="tokenizer")
-    text_encoder = CLIPTextModel.from_pretrained(
-        str(pretrained), subfolder="text_encoder", dtype=torch.float32
+    text_encoder = load_pretrained(
+        CLIPTextModel, str(pretrained), extra_allowed=True, subfolder="text_encoder", dtype=torch.float32
     ).to(device)
     max_length = min(tokenizer.model_max_length, text_encoder.config.max_position_embeddings)
     tokens = tokenizer(

@@ -97,6 +97,7 @@ class DCRSettings:
             "UNet activation recompute in backward: none; per diffusers block; feedforward (the lean UNet "
             "+ each GEGLU projection); pointwise ops only; selective (matmuls kept, the rest recomputed); "
             "whole UNet chunks",
+            identity=False,
         )
     )
     reuse_prefix: bool = setting(
@@ -134,6 +135,7 @@ class DCRSettings:
         None,
         "UNet evaluations per call (default: all in one call; auto: as many as free GPU memory holds)",
         check=lambda v: None if v in (None, "auto") or v >= 1 else f"must be >= 1, 'auto' or none, got {v!r}",
+        identity=False,
     )
     reconstruction_reduction: Literal["sum", "mean"] = setting(
         "sum",
@@ -243,6 +245,20 @@ class DCRMethod(Method):
 
     def stages(self) -> list[str]:
         return STAGE_PLANS[self.config.dcr.stage]
+
+    def image_size(self) -> int:
+        return _vision_config(_resolve(self.config.model.clip)).image_size
+
+    def check(self) -> None:
+        """The shared checks, and --clip a CLIP-family model (what `DCRModel.from_clip` builds on)."""
+        from hf_vrl.models.dcr.modeling_dcr import _TOWER_CLASSES  # the towers from_clip takes
+        from hf_vrl.run.preflight import check_model_kind
+
+        expected = (
+            "DCR enhances a CLIP/MetaCLIP or SigLIP checkpoint (CLIPModel, SiglipModel or their towers)"
+        )
+        check_model_kind(self.config.model.clip, "--clip", lambda c: c.model_type in _TOWER_CLASSES, expected)
+        super().check()  # reads --clip's image size
 
     # -- inputs ----------------------------------------------------------------------------------------------
 
@@ -419,8 +435,9 @@ class DCRMethod(Method):
 
     def load_stage(self, stage: str, folder: Path) -> nn.Module:
         from hf_vrl.models.dcr import DCRModel
+        from hf_vrl.weights import load_pretrained
 
-        return DCRModel.from_pretrained(folder, dtype=torch.float32)
+        return load_pretrained(DCRModel, folder, dtype=torch.float32)
 
     def save_final(self, model: nn.Module, folder: Path) -> None:
         """The base model with the enhanced tower in `folder` (final/), the tower and the DCRModel in
@@ -440,9 +457,10 @@ class DCRMethod(Method):
 
     def load_final(self, folder: Path) -> nn.Module:
         from hf_vrl.models.dcr import DCRModel
+        from hf_vrl.weights import load_pretrained
 
         source = folder if self.stages() == ["stage1"] else self.run.dir.exports / "dcr-model"
-        return DCRModel.from_pretrained(source, dtype=torch.float32)
+        return load_pretrained(DCRModel, source, dtype=torch.float32)
 
     def _processor(self) -> Any:
 
@@ -472,6 +490,7 @@ class DCRMethod(Method):
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
         from hf_vrl.evaluation import data_record
+        from hf_vrl.weights import load_pretrained
 
         dataset = self.run.eval_data(image_size=self.image_size)
         mmvp = self.config.dcr.mmvp
@@ -485,7 +504,11 @@ class DCRMethod(Method):
 
             pairs = load_mmvp_vlm(mmvp)
         text_side = hasattr(AutoConfig.from_pretrained(self.clip), "text_config")
-        clip = AutoModel.from_pretrained(self.clip, dtype=torch.float32).eval() if text_side else None
+        clip = (
+            load_pretrained(AutoModel, self.clip, extra_allowed=True, dtype=torch.float32)
+            if text_side
+            else None
+        )
         self._evaluation = {
             "dataset": dataset,
             "pairs": pairs,

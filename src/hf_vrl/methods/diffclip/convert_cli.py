@@ -68,9 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     from hf_vrl.methods.diffclip.processors import slip_image_processor
     from hf_vrl.models.diffclip import DiffCLIPModel
 
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else None
+    tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
     if args.official:
-        model = diffclip_from_official_checkpoint(args.official, model_class=DiffCLIPModel)
+        try:  # a pickle that would run code, or no SLIP checkpoint: refused before anything is written
+            model = diffclip_from_official_checkpoint(args.official, model_class=DiffCLIPModel)
+        except ValueError as error:
+            raise UserError(f"--official: {(str(error).splitlines() or [''])[0]}") from None
         image_processor = slip_image_processor(model.config.vision_config.image_size)
     else:
         image_processor = load_image_processor(args.clip)
@@ -92,6 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     (output / CONVERSION_RECORD).write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {output}" + (f" (conversion: {report})" if report else ""))
     return 0
+
+
+def _tokenizer(name: str) -> Any:
+    """--tokenizer: a folder, a preset folder in hub_configs/ (tiny-clip) or a Hub id; one line naming the
+    argument when none of them holds a tokenizer."""
+    from transformers import AutoTokenizer
+
+    from hf_vrl.evaluation import resolve_model_path
+    from hf_vrl.run.preflight import check_source
+
+    check_source(name, "--tokenizer")
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model_path(name))
+    except (OSError, ValueError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UserError(f"--tokenizer {name}: no tokenizer there ({reason})") from None
 
 
 def conversion_record(args: argparse.Namespace, report: Any) -> dict[str, Any]:

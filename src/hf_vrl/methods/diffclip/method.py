@@ -67,8 +67,12 @@ class DiffCLIPSettings:
     )
     compare_with: str | None = setting(
         None,
-        "a trained model of the other arch to draw beside this one in the attention figure",
+        "a trained model of the other arch to draw beside this one in the attention figure (a folder with "
+        "its own Python code loads with --trust-remote-code only)",
         identity=False,
+    )
+    trust_remote_code: bool = setting(
+        False, "run the Python code a --compare-with folder carries (its auto_map)", identity=False
     )
 
 
@@ -111,8 +115,27 @@ class DiffCLIPMethod(Method):
     name = "diffclip"
     config_class = DiffCLIPRunConfig
     summary = "DiffCLIP (or its CLIP baseline) from scratch with the CLIP loss"
-    sources = {"model.tokenizer": (), "model.image_processor": ()}  # checked before the run writes
+    # checked before the run writes
+    sources = {"model.tokenizer": (), "model.image_processor": (), "diffclip.compare_with": ()}
     aliases: ClassVar[dict[str, list[str]]] = {}
+
+    def known_tasks(self) -> tuple[str, ...]:
+        from hf_vrl.evaluation import TASKS
+
+        return TASKS
+
+    def image_size(self) -> int:
+        from hf_vrl.methods.diffclip.build import model_config
+
+        return model_config(self.config.model.architecture, self.config.model.arch).vision_config.image_size
+
+    def check(self) -> None:
+        """The shared checks, and a --compare-with folder's code run only with --trust-remote-code."""
+        from hf_vrl.run.preflight import check_remote_code
+
+        super().check()
+        settings = self.config.diffclip
+        check_remote_code(settings.compare_with, "--compare-with", settings.trust_remote_code)
 
     def setup(self) -> None:
         import hf_vrl.models  # noqa: F401  (registers DiffCLIP with the Auto classes for load_final)
@@ -170,7 +193,9 @@ class DiffCLIPMethod(Method):
     def load_final(self, folder: Path) -> nn.Module:
         from transformers import AutoModel
 
-        return AutoModel.from_pretrained(folder)
+        from hf_vrl.weights import load_pretrained
+
+        return load_pretrained(AutoModel, folder)
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
         from hf_vrl.evaluation import evaluate_clip
@@ -200,15 +225,17 @@ class DiffCLIPMethod(Method):
         from transformers import AutoModel
 
         from hf_vrl.methods.diffclip.figures import attention_figure
+        from hf_vrl.weights import load_pretrained
 
         data = self._eval_data(model) if self.config.eval.figures else None
         if data is None:
             return {}
         models = {_label(model): model}
-        other = self.config.diffclip.compare_with
-        if other:
-            loaded = AutoModel.from_pretrained(other, trust_remote_code=True).to(self.run.device)
-            models[_label(loaded)] = loaded
+        settings = self.config.diffclip
+        if settings.compare_with:
+            trusted = settings.trust_remote_code
+            loaded = load_pretrained(AutoModel, settings.compare_with, trust_remote_code=trusted)
+            models[_label(loaded)] = loaded.to(self.run.device)
         row = data[0]
         path = self.run.dir.figures / "attention.png"
         attention_figure(

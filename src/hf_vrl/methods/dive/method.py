@@ -152,14 +152,22 @@ class DiVEMethod(Method):
 
     def check(self) -> None:
         """The shared checks, and the reference set and the toy pre-training data named."""
-        from hf_vrl.run.preflight import check_data
+        from hf_vrl.methods.dive.model import is_dual_encoder
+        from hf_vrl.run.preflight import check_data, check_model_kind, check_remote_code
 
-        super().check()
+        model = self.config.model
+        check_remote_code(model.pretrained, "--pretrained", model.trust_remote_code)
+        expected = (
+            "DiVE fine-tunes both towers of a CLIP-like model: give a CLIPModel, SiglipModel or DiffCLIP"
+        )
+        check_model_kind(model.pretrained, "--pretrained", is_dual_encoder, expected)
+        super().check()  # reads --pretrained's image size
         reference = self.config.dive.reference_dataset
         for name in [reference] if isinstance(reference, str) else reference or []:
             check_data(name, "--reference-dataset")
         for name in self.config.model.pretrain_data if self.config.model.pretrain_steps else ():
             check_data(name, "--pretrain-data")
+        self._target()  # --classes and --val-size against the data, before the toy pre-training
 
     # -- inputs ----------------------------------------------------------------------------------------------
 
@@ -219,25 +227,36 @@ class DiVEMethod(Method):
             self._frozen = self._load(self.pretrained).eval().to(self.run.device)
         return self._frozen
 
-    def _image_size(self) -> int:
+    def image_size(self) -> int:
+        """The pre-trained model's (the toy one is built from the same configuration)."""
         from transformers import AutoConfig
 
+        from hf_vrl.evaluation import resolve_model_path
+
+        model = self.config.model
         config = AutoConfig.from_pretrained(
-            self.pretrained, trust_remote_code=self.config.model.trust_remote_code
+            resolve_model_path(model.pretrained), trust_remote_code=model.trust_remote_code
         )
         return config.vision_config.image_size
 
     def _target(self) -> tuple[Any, Any]:
-        """(training rows wrapped by the run, the held-out ID validation rows or None)."""
+        """(training rows wrapped by the run, the held-out ID validation rows or None); refuses classes the
+        data does not have and a validation split that leaves less than one batch."""
         from hf_vrl.methods.dive.data import select_classes
         from hf_vrl.run.data import SeededDataset
 
-        data = self.run.train_data(image_size=self._image_size())
-        settings = self.settings
+        data = self.run.train_data(image_size=self.image_size())
+        settings = self.config.dive
         if not isinstance(data, SeededDataset):
             if settings.classes or settings.val_size:
                 raise UserError("dive.classes and dive.val_size need a map-style training set, not a stream")
             return data, None
+        names = data.dataset.features["label"].names if settings.classes else []
+        outside = [c for c in settings.classes or () if not 0 <= c < len(names)]
+        if outside:
+            raise UserError(
+                f"--classes {outside[0]}: {self.config.data.dataset} has classes 0..{len(names) - 1} only"
+            )
         rows = select_classes(data.dataset, settings.classes) if settings.classes else data.dataset
         if not settings.val_size:
             return SeededDataset(rows, self.config.seed), None
@@ -281,7 +300,7 @@ class DiVEMethod(Method):
         if settings.uses_reference:
             reference = {
                 "reference_dataset": load_reference_dataset(
-                    settings, seed=self.config.seed, image_size=self._image_size()
+                    settings, seed=self.config.seed, image_size=self.image_size()
                 ),
                 "reference_collator": ImageTextCollator(self.image_processor, self.tokenizer),
             }
@@ -355,7 +374,7 @@ class DiVEMethod(Method):
         from hf_vrl.methods.dive.evaluate import load_evaluation_sets
         from hf_vrl.methods.dive.shifts import shift_dataset
 
-        settings, evaluation, size = self.settings, self.config.eval, self._image_size()
+        settings, evaluation, size = self.settings, self.config.eval, self.image_size()
         rows = self.run.eval_data(image_size=size)
         id_rows = select_classes(rows, settings.classes) if settings.classes else rows
         sets = load_evaluation_sets(

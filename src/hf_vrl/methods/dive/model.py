@@ -16,7 +16,7 @@ from torch import nn
 from hf_vrl.data.processors import load_image_processor
 from hf_vrl.errors import UserError
 
-__all__ = ["check_dual_encoder", "load_dual_encoder"]
+__all__ = ["check_dual_encoder", "is_dual_encoder", "load_dual_encoder"]
 
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 
@@ -33,6 +33,11 @@ def check_dual_encoder(model: nn.Module) -> None:
             f"DiVE fine-tunes both towers of a CLIP-like model; {type(model).__name__} has no "
             f"{', '.join(missing) or 'logit_scale'}. Give a CLIPModel, SiglipModel or DiffCLIP checkpoint."
         )
+
+
+def is_dual_encoder(config: Any) -> bool:
+    """Whether a model configuration has both towers (what `check_dual_encoder` asks of the model)."""
+    return hasattr(config, "text_config") and hasattr(config, "vision_config")
 
 
 def _config_only(path: Path) -> bool:

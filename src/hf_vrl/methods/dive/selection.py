@@ -78,11 +78,12 @@ class BestEpoch(TrainerCallback):
         was scored."""
         from safetensors.torch import load_file
 
+        from hf_vrl.weights import check_state_dict
+
         weights = self.folder / WEIGHTS
         if self.record["best"] is None or not weights.is_file():
             return None
-        state = load_file(str(weights))
-        model.load_state_dict(state)
+        check_state_dict(model, load_file(str(weights)), weights)
         return self.record
 
 
