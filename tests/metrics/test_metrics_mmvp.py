@@ -148,8 +148,8 @@ def test_load_mmvp_vlm_rejects_broken_folders(tmp_path, mmvp_writer):
 
 def test_one_copy_of_the_scoring_serves_hf_vrl_and_the_evaluate_module():
     from hf_vrl.metrics import mmvp
-    from hf_vrl.metrics.evaluate_modules.mmvp import mmvp_scoring
+    from hf_vrl.metrics.evaluate_modules.mmvp import scores
 
-    assert mmvp.mmvp_score is mmvp_scoring.mmvp_score and mmvp.MMVP_CATEGORIES is mmvp_scoring.MMVP_CATEGORIES
+    assert mmvp.mmvp_score is scores.mmvp_score and mmvp.MMVP_CATEGORIES is scores.MMVP_CATEGORIES
     module = (Path(mmvp.__file__).parent / "evaluate_modules" / "mmvp" / "mmvp.py").read_text()
-    assert "from .mmvp_scoring import mmvp_score" in module and "def mmvp_score" not in module
+    assert "from .scores import mmvp_score" in module and "def mmvp_score" not in module

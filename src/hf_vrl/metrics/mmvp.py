@@ -18,7 +18,7 @@ import csv
 from pathlib import Path
 
 from hf_vrl.errors import UserError
-from hf_vrl.metrics.evaluate_modules.mmvp.mmvp_scoring import (
+from hf_vrl.metrics.evaluate_modules.mmvp.scores import (
     MMVP_CATEGORIES,
     PAIRS_PER_CATEGORY,
     category_of_pair,

@@ -2,14 +2,14 @@
 
 A stand-alone `evaluate` metric module (it needs `evaluate`, `datasets` and `numpy`, not hf_vrl):
 `evaluate.load("path/to/mmvp")`, or `hf_vrl.metrics.evaluate_module("mmvp")` for the copy shipped in hf_vrl.
-It scores as the official `scripts/evaluate_vlm.py` does, with `mmvp_scoring.py` beside it (which `evaluate`
+It scores as the official `scripts/evaluate_vlm.py` does, with `scores.py` beside it (which `evaluate`
 copies along), the very function `hf_vrl.metrics.mmvp_score` is.
 """
 
 import datasets
 import evaluate
 
-from .mmvp_scoring import mmvp_score
+from .scores import mmvp_score
 
 _DESCRIPTION = """
 Each MMVP pair holds two images that CLIP-like models confuse and one statement true of each. For every
