@@ -173,12 +173,18 @@ def test_a_shard_cut_inside_or_before_a_header_is_counted(tmp_path, inside):
     assert len(rows) <= 4 and sample_filter.counts["truncated_shard"] == 1
 
 
-def test_a_garbage_jpeg_is_a_corrupt_image_not_a_truncated_one():
+def test_a_file_that_is_no_image_is_a_corrupt_image_not_a_truncated_one():
+    """What crawls save as .jpg when the server sent something else (an error page, random bytes): no image
+    format's signature, so nothing was cut; a JPEG cut inside its header is test_data_damaged's case."""
     from hf_vrl.data.images import ImageDecodeError, decode_image
 
-    with pytest.raises(ImageDecodeError) as info:
-        decode_image(b"\xff\xd8\xff\xe0" + np.random.default_rng(0).bytes(300))  # "Truncated File Read"
-    assert info.value.kind == "corrupt_image"
+    for data in (
+        b"<!DOCTYPE html><html><body>404 Not Found</body></html>",
+        np.random.default_rng(0).bytes(300),
+    ):
+        with pytest.raises(ImageDecodeError) as info:
+            decode_image(data)
+        assert info.value.kind == "corrupt_image"
 
 
 def test_brace_patterns_steps_nesting_and_literal_braces():
