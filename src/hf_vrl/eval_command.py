@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             templates=args.templates,
             protocol=args.protocol,
             dataset_name=args.dataset,
+            data=evaluation.data_record(args.dataset, args.split, dataset, limit=args.limit, seed=args.seed),
             batch_size=args.batch_size,
             device=device,
             seed=args.seed,
