@@ -61,8 +61,8 @@ TEXT = dict(
     initializer_range=0.02, bos_token_id=0, pad_token_id=1, eos_token_id=2,
 )  # fmt: skip
 # eos_token_id 2: CLIP's legacy pooling at the highest id, for both towers alike (the common tests change the
-# ids, e.g. clamp them to a resized vocabulary, so no id can be counted on; DiffCLIP refuses a text without
-# its EOS where CLIP would pool at position 0)
+# ids, e.g. clamp them to a resized vocabulary, so no id can be counted on; a text without its EOS is pooled
+# at position 0 by both, DiffCLIP with a warning)
 DUAL_PROJECTION = 64  # CLIPModelTester's top-level projection_dim, beside the towers' 32
 RESNET = dict(
     num_channels=3, embedding_size=10, hidden_sizes=[10, 20, 30, 40], depths=[1, 1, 2, 1], hidden_act="relu",
