@@ -46,7 +46,12 @@ __all__ = ["DryRunOptions", "dry_run", "dry_run_config", "paper_presets", "predi
 GIB = 2**30
 # settings naming data that a method reads beside data.dataset -> the synthetic stand-in
 SYNTHETIC_DATA: dict[str, dict[str, Any]] = {
-    "dive": {"dive.reference_dataset": "shapes", "dive.ood_datasets": []},
+    "dive": {  # class indices of the preset's data mean nothing in the generated world
+        "dive.reference_dataset": "shapes",
+        "dive.ood_datasets": [],
+        "dive.classes": None,
+        "dive.held_out_classes": None,
+    },
     "clue": {"model.text_source": "caption"},  # the generated captions stand in for the VLM descriptions
 }
 STAGE_BUDGETS = ("dcr.stage1_steps", "dive.lp_steps")  # steps of the stages before the last, where set

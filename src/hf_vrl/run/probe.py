@@ -53,7 +53,10 @@ def _cpu_tensor_bytes() -> int:
     storages: dict[int, int] = {}
     for obj in gc.get_objects():  # type(): isinstance would touch deprecated module attributes (warnings)
         if issubclass(type(obj), torch.Tensor) and obj.device.type == "cpu" and not obj.is_sparse:
-            storage = obj.untyped_storage()
+            try:
+                storage = obj.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # a wrapper subclass without storage of its own
+                continue
             storages[storage.data_ptr()] = storage.nbytes()
     return sum(storages.values())
 
