@@ -167,6 +167,34 @@ def test_print_config_of_a_dry_run_shows_what_it_trains_and_builds_nothing(tmp_p
     assert not (tmp_path / "home").exists()
 
 
+def test_what_ran_is_checked_against_what_print_config_shows(tmp_path):
+    """A run's config.json and logged batch layout must be --print-config's for its command line: a run whose
+    configuration differs in one setting, or whose log shows another layout, does not match."""
+    from hf_vrl.run.dry_run import _Runner, _write_config
+    from hf_vrl.run.parser import parse_run_args
+
+    method_class, config = preset_config("diffclip-tiny")
+    dry = dry_run_config(config, DryRunOptions(home=tmp_path))
+    config_file = _write_config(dry, tmp_path / "config.json")
+    run, logs = tmp_path / "one-process", tmp_path / "logs"
+    run.mkdir()
+    logs.mkdir()
+    shown = parse_run_args(
+        method_class.config_class, ["--config", str(config_file), "--output-dir", str(run)]
+    )
+    plan = shown.config.batch_plan(1)
+    (logs / "one-process.log").write_text(
+        "diffclip run in ...\n" + plan.describe(dry.loss_terms(plan)) + "\n"
+    )
+    ran = shown.config.to_dict()
+    runner = _Runner(method_class, tmp_path, {})
+    for changed, expected in ((ran, True), (ran | {"seed": 1}, False)):
+        (run / "config.json").write_text(json.dumps(changed))
+        assert runner.matches_print_config("one-process", config_file, 1) is expected
+    (run / "config.json").write_text(json.dumps(ran))
+    assert not runner.matches_print_config("one-process", config_file, 2)  # the log shows one process
+
+
 def test_a_dry_run_refuses_a_folder_it_did_not_make_and_a_launcher(tmp_path, capsys, monkeypatch):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text("{}")
