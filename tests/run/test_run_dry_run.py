@@ -133,27 +133,40 @@ def record(stage: str, step: int, static: int, grads: int, peak: int, optimizer:
     }  # fmt: skip
 
 
-def test_the_memory_prediction_fits_the_activations_of_two_micro_batches():
-    """Activations a(b) = 3 b + 2 b^2 MiB (DCR's B^2 grid), 1 MiB of data per sample on the device, static
-    100 MiB, gradients 10 MiB, optimiser step 50 MiB above them: at micro-batch 16 with a device batch of 16
-    the prediction is 100 + 10 + max(3*16 + 2*256 + 16, 50) = 686 MiB."""
-    mib = 2**20
-    plan = BatchPlan(micro_batch=2, processes=1, accumulation_steps=1, accumulation="micro_batch")
-    probe = BatchPlan(micro_batch=1, processes=1, accumulation_steps=1, accumulation="micro_batch")
-    at_2 = [
-        record("train", s, 100 * mib, 10 * mib, (10 + 6 + 8 + 2) * mib, 50 * mib, 2 * mib) for s in (1, 2)
+def measured(micro_batch: int, steps: int = 1, optimizer: int = 50) -> Measured:
+    """Records of a run at `micro_batch` whose activations are 100 + 3 b + 2 b^2 MiB (a fixed part, one
+    growing with b, one with b^2 as DCR's grid), with 1 MiB of data per sample, static 100 MiB, gradients
+    10 MiB, the optimiser step `optimizer` MiB above them."""
+    mib, b = 2**20, micro_batch
+    peak = (10 + 100 + 3 * b + 2 * b * b + b) * mib
+    records = [
+        record("train", s, 100 * mib, 10 * mib, peak, optimizer * mib, b * mib) for s in range(1, steps + 1)
     ]
-    at_1 = [record("train", 1, 95 * mib, 10 * mib, (10 + 3 + 2 + 1) * mib, 60 * mib, 1 * mib)]
+    return Measured(
+        records, BatchPlan(micro_batch=b, processes=1, accumulation_steps=1, accumulation="micro_batch")
+    )
+
+
+def test_the_memory_prediction_fits_the_activations_of_the_micro_batches_measured():
+    """At micro-batch 16 with a device batch of 16: 100 + 10 + max(100 + 3*16 + 2*256 + 16, 50) = 786 MiB
+    from three micro-batches; two cannot show the b^2 term: the line through (1, 105) and (2, 114) gives
+    96 + 9*16 = 240 MiB of activations, 366 MiB in all."""
     preset = BatchPlan(micro_batch=16, processes=1, accumulation_steps=16, accumulation="micro_batch")
-    prediction = predict_memory(Measured(at_2, plan), Measured(at_1, probe), preset)
+    prediction = predict_memory([measured(2, steps=2), measured(1), measured(3)], preset)
     stage = prediction["stages"]["train"]
-    assert stage["activations_gib"] * 1024 == pytest.approx(3 * 16 + 2 * 256, abs=0.1)  # GiB to 4 places
+    assert stage["activations_gib"] * 1024 == pytest.approx(100 + 3 * 16 + 2 * 256, abs=0.1)  # 4 places
     assert stage["data_gib"] * 1024 == pytest.approx(16, abs=0.1)
-    assert prediction["predicted_gib"] * 1024 == pytest.approx(686, abs=0.1)
+    assert prediction["predicted_gib"] * 1024 == pytest.approx(786, abs=0.1)
+    assert stage["fit"] == "c + k1 b + k2 b^2" and stage["micro_batches"] == [2, 1, 3]
+    two = predict_memory([measured(2, steps=2), measured(1)], preset)["stages"]["train"]
+    assert two["predicted_gib"] * 1024 == pytest.approx(366, abs=0.1) and two["fit"] == "c + k1 b"
     # under whole_batch the device batch is the process's share: data of 64 samples for micro-batch 16
     whole = BatchPlan(micro_batch=16, processes=1, accumulation_steps=4, accumulation="whole_batch")
-    predicted = predict_memory(Measured(at_2, plan), Measured(at_1, probe), whole)["predicted_gib"]
-    assert predicted * 1024 == pytest.approx(686 + 48, abs=0.1)
+    predicted = predict_memory([measured(2, steps=2), measured(1), measured(3)], whole)["predicted_gib"]
+    assert predicted * 1024 == pytest.approx(786 + 48, abs=0.1)
+    # an optimiser step above the activations is the peak
+    big = predict_memory([measured(2, 2, optimizer=5000), measured(1), measured(3)], preset)["predicted_gib"]
+    assert big * 1024 == pytest.approx(110 + 5000, abs=0.1)
 
 
 def test_print_config_of_a_dry_run_shows_what_it_trains_and_builds_nothing(tmp_path, capsys, monkeypatch):

@@ -9,18 +9,20 @@ each run a fresh `hf-vrl` process measured by `hf_vrl.run.probe`:
                   then resumed with --resume auto to the end: final/ and the exports
   two processes   torchrun, the same global batch (skipped where two would not fit in the memory left, or on
                   one GPU)
-  memory probe    one step per stage at a second micro-batch (1, or 3 where a method needs 2 samples)
+  memory probes   one step per stage at the two nearest other micro-batches (1 and 3; 3 and 4 where a method
+                  needs 2 samples), a larger one only where its host memory, extrapolated, fits
   load back       every saved model folder in a fresh interpreter without hf_vrl (`hf_vrl.run.load_back`)
 and checks that each run's `config.json` and batch layout are what `--print-config` prints for it.
 
 The memory predicted on a GPU at the preset's micro-batch M (`predict_memory`): the probe measures, per step,
 what stays allocated (weights, buffers, optimiser state, frozen models: S), the gradients (G), the batch the
 step moves to the device (D), the most the forward/backward passes hold above S (P(b), D included) and the
-optimiser step's own peak (O). P(b) - G - D is fitted as k1 b + k2 b^2 through the two micro-batches (b^2:
-what grows with the square of the batch, DCR's B^2 UNet grid, the B x B logits) and the prediction is
-S + G + max(k1 M + k2 M^2 + D_M, O), D_M the preset's device batch: bytes the CUDA allocator is asked for,
-without its caching slack or the CUDA context (about 0.5 GB more per GPU). On a CPU the figures are tensor
-bytes (`hf_vrl.methods.dcr.memory.LiveMemory`), on CUDA the allocator's own.
+optimiser step's own peak (O). A(b) = P(b) - G - D is fitted as c + k1 b + k2 b^2 through the micro-batches
+measured (c: what does not grow with the batch, such as autocast's copies of the weights; b^2: DCR's B^2 UNet
+grid, the B x B logits; k2 is dropped where two micro-batches or a negative fit cannot show it) and the
+prediction is S + G + max(A(M) + D_M, O), D_M the preset's device batch: bytes the CUDA allocator is asked
+for, without its caching slack or the CUDA context (about 0.5 GB more per GPU). On a CPU the figures are
+tensor bytes (`hf_vrl.methods.dcr.memory.LiveMemory`), on CUDA the allocator's own.
 Everything goes to `<output-dir>` (default `runs/<preset>-dry-run`) and its `dry_run.json`.
 """
 
@@ -273,9 +275,50 @@ def _processes_skip(records: list[dict[str, Any]], processes: int, budget: float
     return None
 
 
-def _probe_micro_batch(method: str, micro_batch: int) -> int:
-    """The second micro-batch of the memory fit: one sample less, or one more where fewer is refused."""
-    return micro_batch - 1 if micro_batch - 1 >= MIN_MICRO_BATCH.get(method, 1) else micro_batch + 1
+def _probe_micro_batches(method: str, micro_batch: int) -> list[int]:
+    """The micro-batches of the memory probes: the two nearest the dry run's that the method accepts."""
+    low = MIN_MICRO_BATCH.get(method, 1)
+    candidates = sorted(
+        (size for size in range(low, micro_batch + 3) if size != micro_batch),
+        key=lambda size: (abs(size - micro_batch), size),
+    )
+    return sorted(candidates[:2])
+
+
+def _memory_probes(
+    runner: _Runner, config: RunConfig, options: DryRunOptions, main: Measured, budget: float
+) -> tuple[dict[str, Any], list[Measured]]:
+    """One step per stage at each probe micro-batch; one above the dry run's only where its host peak,
+    extrapolated from the runs below it, fits the host budget."""
+    runs, measured = {}, [main]
+    for size in _probe_micro_batches(runner.method_class.name, main.plan.micro_batch):
+        name = f"memory-probe-{size}"
+        expected = _host_peak_at(measured, size)
+        if expected > budget:
+            runs[name] = {
+                "skipped": f"its host peak, about {expected / GIB:.1f} GiB, is above {budget / GIB:.1f} GiB"
+            }
+            continue
+        probe = dry_run_config(config, replace(options, steps=1), size)
+        runs[name] = runner.run(name, _write_config(probe, runner.out / f"config-{name}.json")) | {
+            "micro_batch": size
+        }
+        if runs[name]["returncode"] == 0:
+            measured.append(Measured(runner.records(name), probe.batch_plan(1)))
+    return runs, measured
+
+
+def _host_peak_at(measured: list[Measured], size: int) -> float:
+    """The host peak at micro-batch `size`, on the line through the two largest runs measured (through the
+    origin when there is one: an overestimate)."""
+    points = sorted(
+        (m.plan.micro_batch, max(r.get("host_peak_bytes") or 0 for r in m.records)) for m in measured
+    )
+    if len(points) == 1:
+        ((b, peak),) = points
+        return peak * size / b
+    (b1, p1), (b2, p2) = points[-2:]
+    return p2 + (p2 - p1) / (b2 - b1) * (size - b2)
 
 
 def _load_back(folders: list[Path], out: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -335,33 +378,24 @@ def dry_run(
         runs[name] = {"skipped": skip} if skip else runner.run(name, config_file, processes)
         if not skip:
             runs[name]["matches_print_config"] = runner.matches_print_config(name, config_file, processes)
+    fit: list[Measured] = []
     if options.memory_fit:
-        probe_batch = _probe_micro_batch(method_class.name, main.optim.batch_size)
-        probe = dry_run_config(config, replace(options, steps=1), probe_batch)
-        probe_file = _write_config(probe, out / "config-memory-probe.json")
-        runs["memory_probe"] = runner.run("memory-probe", probe_file) | {"micro_batch": probe_batch}
+        main_run = Measured(runner.records("one-process"), main.batch_plan(1))
+        probes, fit = _memory_probes(runner, config, options, main_run, _host_budget(options))
+        runs.update(probes)
     if (out / "one-process" / "report.json").is_file():
         folders = _saved_folders(out / "one-process")
         report["load_back"] = _load_back(folders, out / "logs" / "load-back.json", runner.env)
-    report["steps"] = {name: _step_summary(runner.records(name)) for name in _run_names(runs)}
-    if options.memory_fit and runs["memory_probe"]["returncode"] == 0:
-        report["prediction"] = predict_memory(
-            Measured(runner.records("one-process"), main.batch_plan(1)),
-            Measured(runner.records("memory-probe"), probe.batch_plan(1)),
-            config.batch_plan(1),
-        )
+    names = [name.replace("_", "-") for name, run in runs.items() if "skipped" not in run]
+    report["records"] = {name: runner.records(name) for name in names}
+    report["steps"] = {name: _step_summary(records) for name, records in report["records"].items()}
+    if len(fit) > 1:
+        report["prediction"] = predict_memory(fit, config.batch_plan(1))
     report["problems"] = problems(report, out)
     report["passed"] = not report["problems"]
     report["wall_s"] = round(time.perf_counter() - started, 1)
     (out / "dry_run.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
-
-
-def _run_names(runs: Mapping[str, Any]) -> list[str]:
-    """The folder names of the runs that ran."""
-    names = ["one-process"]
-    names += [name for name, run in runs.items() if name.endswith("-processes") and "skipped" not in run]
-    return names + (["memory-probe"] if "memory_probe" in runs else [])
 
 
 def _step_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -390,47 +424,49 @@ class Measured:
         return [r for r in self.records if r["stage"] == stage and r["rank"] == 0]
 
 
-def predict_memory(main: Measured, probe: Measured, preset: Any) -> dict[str, Any]:
-    """The device memory of one process at the preset's layout (`preset`, a BatchPlan), per stage, from two
-    runs at different micro-batches (the module docstring's model)."""
+def predict_memory(measured: list[Measured], preset: Any) -> dict[str, Any]:
+    """The device memory of one process at the preset's layout (`preset`, a BatchPlan), per stage, from runs
+    at two or three micro-batches (the module docstring's model); `measured[0]` is the dry run's own."""
     stages = {}
-    for stage in dict.fromkeys(r["stage"] for r in main.records):
-        if main.stage(stage) and probe.stage(stage):
-            stages[stage] = _stage_prediction(main, probe, stage, preset)
+    for stage in dict.fromkeys(r["stage"] for r in measured[0].records):
+        runs = [m for m in measured if m.stage(stage)]
+        if len(runs) > 1:
+            stages[stage] = _stage_prediction(runs, stage, preset)
     return {
         "micro_batch": preset.micro_batch,
         "device_batch": preset.trainer_batch,
         "stages": stages,
         "predicted_gib": max((s["predicted_gib"] for s in stages.values()), default=None),
-        "how": "S + G + max(k1 M + k2 M^2 + data, O): S what stays allocated, G the gradients, k1 and k2 "
-        "fitted to the activations of two micro-batches, data the device batch, O the optimiser step's peak",
+        "how": "S + G + max(A(M) + D, O): S what stays allocated, G the gradients, A the forward/backward "
+        "activations fitted as c + k1 b + k2 b^2 through the micro-batches measured, D the preset's device "
+        "batch, O the optimiser step's peak",
     }
 
 
-def _stage_prediction(main: Measured, probe: Measured, stage: str, preset: Any) -> dict[str, float]:
-    last = main.stage(stage)[-1]
-    static, grads, optimizer = last["static_bytes"], last["grad_bytes"], last["optimizer_peak_bytes"]
+def _stage_prediction(runs: list[Measured], stage: str, preset: Any) -> dict[str, Any]:
+    import numpy as np
 
-    def activations(record: dict[str, Any]) -> int:
-        return record["step_peak_bytes"] - grads - record["data_bytes"]
-
-    b, c = main.plan.micro_batch, probe.plan.micro_batch
-    a_b = max(activations(r) for r in main.stage(stage))
-    a_c = max(activations(r) for r in probe.stage(stage))
-    k2 = (a_c - a_b * c / b) / (c * (c - b))
-    k1 = (a_b - k2 * b * b) / b
-    m = preset.micro_batch
-    fitted = k1 * m + k2 * m * m
-    data = last["data_bytes"] / main.plan.trainer_batch * preset.trainer_batch
+    last = runs[0].stage(stage)[-1]  # the dry run's last step: its optimiser state exists
+    grads = last["grad_bytes"]
+    sizes = [m.plan.micro_batch for m in runs]
+    activations = [max(r["step_peak_bytes"] - grads - r["data_bytes"] for r in m.stage(stage)) for m in runs]
+    coefficients = np.polyfit(sizes, activations, 2) if len(runs) > 2 else None
+    if coefficients is None or coefficients[0] < 0:  # no b^2 term seen (or none that is real)
+        coefficients = np.append(0.0, np.polyfit(sizes, activations, 1))
+    fitted = float(np.polyval(coefficients, preset.micro_batch))
+    data = last["data_bytes"] / runs[0].plan.trainer_batch * preset.trainer_batch
     figures = {
-        "static": static,
+        "static": last["static_bytes"],
         "gradients": grads,
         "activations": fitted,
         "data": data,
-        "optimizer_step": optimizer,
-        "predicted": static + grads + max(fitted + data, optimizer),
+        "optimizer_step": last["optimizer_peak_bytes"],
+        "predicted": last["static_bytes"] + grads + max(fitted + data, last["optimizer_peak_bytes"]),
     }
-    return {f"{name}_gib": round(value / GIB, 4) for name, value in figures.items()}
+    return {f"{name}_gib": round(value / GIB, 4) for name, value in figures.items()} | {
+        "micro_batches": sizes,
+        "fit": "c + k1 b + k2 b^2" if coefficients[0] else "c + k1 b",
+    }
 
 
 def problems(report: Mapping[str, Any], out: Path) -> list[str]:
@@ -530,7 +566,7 @@ def main(method_class: type, parsed: Any) -> int:
 
     if process_count() > 1:
         raise UserError("--dry-run starts its own processes: run it without torchrun / accelerate launch")
-    config, options = parsed.config, DryRunOptions()
+    config, options = parsed.config, DryRunOptions(threads=parsed.threads)
     preset = Path(parsed.source).stem
     out = Path(config.output.output_dir or f"runs/{preset}-dry-run")
     if parsed.print_config:
