@@ -31,6 +31,8 @@ KEPT = (
     "runs",
     "steps",
     "prediction",
+    "load_back",
+    "records",
 )
 
 
