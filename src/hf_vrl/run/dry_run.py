@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -170,7 +170,12 @@ class _Runner:
     threads: int | None = None
 
     def run(
-        self, name: str, config_file: Path, processes: int = 1, probe: list[str] = (), train: list[str] = ()
+        self,
+        name: str,
+        config_file: Path,
+        processes: int = 1,
+        probe: Sequence[str] = (),
+        train: Sequence[str] = (),
     ) -> dict[str, Any]:
         """`hf-vrl train` of `config_file` into `<out>/<name>`; its output goes to logs/<name>.log."""
         launch = [sys.executable]
@@ -345,48 +350,18 @@ def dry_run(
     method_class: type, config: RunConfig, out: Path, options: DryRunOptions | None = None, preset: str = ""
 ) -> dict:
     """Dry-run `config` (the module docstring) into `out`; returns the report (also in dry_run.json)."""
-    from hf_vrl.run.real_models import parameter_counts, real_size_folder
-
     options = options or DryRunOptions()
     out = Path(out)
     _prepare_folder(out)
     started = time.perf_counter()
     main = dry_run_config(config, options)
-    models = real_models(config)
-    report: dict[str, Any] = {
-        "preset": preset,
-        "method": method_class.name,
-        "machine": machine(),
-        "options": {key: str(v) if isinstance(v, Path) else v for key, v in asdict(options).items()},
-        "micro_batch": main.optim.batch_size,
-        "global_batch": main.batch_plan(1).global_batch,
-        "stages": _stages(method_class, main, out),
-        "models": {
-            path: {"repo_id": repo, "folder": str(real_size_folder(repo, options.home))}
-            | {"parameters": parameter_counts(repo)}
-            for path, repo in models.items()
-        },
-    }
+    report = _header(method_class, config, main, options, out) | {"preset": preset}
     runner = _Runner(method_class, out, _environment(options), options.threads)
-    runs = report["runs"] = {}
-    config_file = _write_config(main, out / "config.json")
-    runs["one_process"] = _one_process(runner, config_file, report["stages"][-1], options)
-    runs["one_process"]["matches_print_config"] = runner.matches_print_config("one-process", config_file, 1)
-    for processes in (p for p in options.processes if p > 1):
-        name = f"{processes}-processes"
-        skip = _processes_skip(runner.records("one-process"), processes, _host_budget(options))
-        runs[name] = {"skipped": skip} if skip else runner.run(name, config_file, processes)
-        if not skip:
-            runs[name]["matches_print_config"] = runner.matches_print_config(name, config_file, processes)
-    fit: list[Measured] = []
-    if options.memory_fit:
-        main_run = Measured(runner.records("one-process"), main.batch_plan(1))
-        probes, fit = _memory_probes(runner, config, options, main_run, _host_budget(options))
-        runs.update(probes)
+    report["runs"], fit = _runs(runner, config, main, report["stages"][-1], options)
     if (out / "one-process" / "report.json").is_file():
         folders = _saved_folders(out / "one-process")
         report["load_back"] = _load_back(folders, out / "logs" / "load-back.json", runner.env)
-    names = [name.replace("_", "-") for name, run in runs.items() if "skipped" not in run]
+    names = [name.replace("_", "-") for name, run in report["runs"].items() if "skipped" not in run]
     report["records"] = {name: runner.records(name) for name in names}
     report["steps"] = {name: _step_summary(records) for name, records in report["records"].items()}
     if len(fit) > 1:
@@ -396,6 +371,52 @@ def dry_run(
     report["wall_s"] = round(time.perf_counter() - started, 1)
     (out / "dry_run.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def _header(
+    method_class: type, config: RunConfig, main: RunConfig, options: DryRunOptions, out: Path
+) -> dict:
+    """What a dry run's report says before it runs anything; builds the real-size folders it names."""
+    from hf_vrl.run.real_models import parameter_counts, real_size_folder
+
+    return {
+        "method": method_class.name,
+        "machine": machine(),
+        "options": {key: str(v) if isinstance(v, Path) else v for key, v in asdict(options).items()},
+        "micro_batch": main.optim.batch_size,
+        "global_batch": main.batch_plan(1).global_batch,
+        "stages": _stages(method_class, main, out),
+        "models": {
+            path: {"repo_id": repo, "folder": str(real_size_folder(repo, options.home))}
+            | {"parameters": parameter_counts(repo)}
+            for path, repo in real_models(config).items()
+        },
+    }
+
+
+def _runs(
+    runner: _Runner, config: RunConfig, main: RunConfig, last_stage: str, options: DryRunOptions
+) -> tuple[dict[str, Any], list[Measured]]:
+    """The one-process run (killed and resumed), the runs on more processes, the memory probes; the probes'
+    measurements for the fit."""
+    config_file = _write_config(main, runner.out / "config.json")
+    one = _one_process(runner, config_file, last_stage, options)
+    one["matches_print_config"] = runner.matches_print_config("one-process", config_file, 1)
+    runs: dict[str, Any] = {"one_process": one}
+    records = runner.records("one-process")
+    if not records:  # it trained nothing: the other runs would not tell more
+        return runs, []
+    for processes in (p for p in options.processes if p > 1):
+        name = f"{processes}-processes"
+        skip = _processes_skip(records, processes, _host_budget(options))
+        runs[name] = {"skipped": skip} if skip else runner.run(name, config_file, processes)
+        if not skip:
+            runs[name]["matches_print_config"] = runner.matches_print_config(name, config_file, processes)
+    if not options.memory_fit:
+        return runs, []
+    main_run = Measured(records, main.batch_plan(1))
+    probes, fit = _memory_probes(runner, config, options, main_run, _host_budget(options))
+    return runs | probes, fit
 
 
 def _step_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
