@@ -208,12 +208,14 @@ def test_what_ran_is_checked_against_what_print_config_shows(tmp_path):
     assert not runner.matches_print_config("one-process", config_file, 2)  # the log shows one process
 
 
-def test_a_dry_run_refuses_a_folder_it_did_not_make_and_a_launcher(tmp_path, capsys, monkeypatch):
+def test_a_dry_run_refuses_a_folder_it_did_not_make_a_resume_and_a_launcher(tmp_path, capsys, monkeypatch):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text("{}")
     code = main(["train", "clue", "--config", "clue-r50", "--dry-run", "--output-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2 and "is not a dry run's folder" in err and (tmp_path / "run" / "config.json").is_file()
+    code = main(["train", "clue", "--config", "clue-r50", "--dry-run", "--resume", "--output-dir", "x"])
+    assert code == 2 and "drop --resume" in capsys.readouterr().err
     monkeypatch.setenv("WORLD_SIZE", "2")
     code = main(["train", "clue", "--config", "clue-r50", "--dry-run", "--output-dir", str(tmp_path / "x")])
     assert code == 2 and "without torchrun" in capsys.readouterr().err

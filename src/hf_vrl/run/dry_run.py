@@ -587,6 +587,8 @@ def main(method_class: type, parsed: Any) -> int:
 
     if process_count() > 1:
         raise UserError("--dry-run starts its own processes: run it without torchrun / accelerate launch")
+    if parsed.resume is not None:
+        raise UserError("--dry-run starts, kills and resumes its own runs: drop --resume")
     config, options = parsed.config, DryRunOptions(threads=parsed.threads)
     preset = Path(parsed.source).stem
     out = Path(config.output.output_dir or f"runs/{preset}-dry-run")
