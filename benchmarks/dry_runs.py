@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = json.loads(args.output.read_text()) if args.output.is_file() else {"presets": {}}
     results["machine"] = machine()
+    results["figures"] = (
+        "step_s: wall clock of each optimiser step (forward, backward, optimiser step) under the machine's "
+        "load at the time (each preset's machine.load_average_at_start); host_peak_gib: the process's peak "
+        "resident memory in the step; prediction: hf_vrl.run.dry_run.predict_memory"
+    )
     work = Path(tempfile.mkdtemp(prefix="hf_vrl_dry_runs_"))
     try:
         for preset in args.presets or paper_presets():
