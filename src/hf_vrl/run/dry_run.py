@@ -427,6 +427,7 @@ def _step_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         summary[stage] = {
             "steps": [r["step"] for r in mine if r["rank"] == 0],
             "step_s": [round(r["step_s"], 2) for r in mine if r["rank"] == 0],
+            "cpu_s": [round(r["cpu_s"], 2) for r in mine if r["rank"] == 0 and "cpu_s" in r],
             "host_peak_gib": round(max(r.get("host_peak_bytes") or 0 for r in mine) / GIB, 2),
         }
         if any(r["device"] == "cuda" for r in mine):

@@ -5,6 +5,8 @@ line to FILE (`FILE.rank<r>` under several processes), written before the next s
 keeps what it measured:
   stage, step, rank, device      which step (`step` counts from 1, as the checkpoint names)
   step_s                         forward, backward and optimiser step (on CUDA after a synchronisation)
+  cpu_s                          this process's CPU time in them (all threads): on a shared CPU the figure
+                                 other processes disturb least
   wait_s                         from the previous step's end (its checkpoint included) to this step's start
   static_bytes                   tensors alive at the step's start but the step's data: weights, buffers,
                                  optimiser state, frozen models (CUDA: allocated; CPU: every CPU tensor)
@@ -130,6 +132,7 @@ class StepProbe(TrainerCallback):
         else:
             self._start_live()
         self._figures["start"] = time.perf_counter()
+        self._figures["cpu_start"] = time.process_time()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._cuda(args):
@@ -162,6 +165,7 @@ class StepProbe(TrainerCallback):
             "rank": args.process_index,
             "device": args.device.type,
             "step_s": end - figures.pop("start"),
+            "cpu_s": time.process_time() - figures.pop("cpu_start"),
             **figures,
             "data_bytes": self.data_bytes,
             "host_peak_bytes": _host_peak(),
