@@ -6,6 +6,7 @@ and resume, load back; time per step, peak memory, and the memory predicted on a
     python benchmarks/dry_runs.py clue-r50 dive-b16                # some of them
     python benchmarks/dry_runs.py --memory-budget-gb 10 --threads 1
     python benchmarks/dry_runs.py dcr-metaclip-h14 --micro-batch 1 --no-memory-fit    # where 2 does not fit
+    python benchmarks/dry_runs.py --recompute     # the predictions again from the step records kept
 
 Each preset's report is merged into the results file (default benchmarks/results/dry_runs.json) as soon as it
 is done; its run folder is deleted, the real-size model folders are kept ($HF_VRL_REAL_SIZE_HOME) for the next
@@ -46,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=int, default=2, help="the dry run's micro-batch (default 2)")
     parser.add_argument("--no-memory-fit", dest="memory_fit", action="store_false", help="no memory probe")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--recompute", action="store_true", help="redo the predictions from the records kept")
     args = parser.parse_args(argv)
+    if args.recompute:
+        return recompute(args.output)
     options = DryRunOptions(
         micro_batch=args.micro_batch,
         memory_fit=args.memory_fit,
@@ -73,6 +77,22 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work / preset, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def recompute(output: Path) -> int:
+    """Each preset's memory prediction again, from the step records its dry run kept (what the formula of
+    hf_vrl.run.dry_run gives for the same measurements)."""
+    from hf_vrl.run.dry_run import DryRunOptions, fit_runs, predict_memory, preset_config
+
+    results = json.loads(output.read_text())
+    for preset, kept in results["presets"].items():
+        config = preset_config(preset)[1]
+        options = DryRunOptions(micro_batch=kept["options"]["micro_batch"])
+        fit = fit_runs(config, options, kept["records"])
+        if len(fit) > 1:
+            kept["prediction"] = predict_memory(fit, config.batch_plan(1))
+    output.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

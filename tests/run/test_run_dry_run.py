@@ -164,6 +164,16 @@ def test_the_memory_prediction_fits_the_activations_of_the_micro_batches_measure
     whole = BatchPlan(micro_batch=16, processes=1, accumulation_steps=4, accumulation="whole_batch")
     predicted = predict_memory([measured(2, steps=2), measured(1), measured(3)], whole)["predicted_gib"]
     assert predicted * 1024 == pytest.approx(786 + 48, abs=0.1)
+    # a curvature of 0.1 % of the linear term (kernels, allocations) is not extrapolated as a b^2 term
+    flat = [measured(2, steps=2), measured(1), measured(3)]
+    for run in flat:
+        b = run.plan.micro_batch
+        for r in run.records:
+            r["step_peak_bytes"] = int((10 + 100 + 300 * b + 0.1 * b * b + b) * 2**20)
+    line = predict_memory(flat, preset)["stages"]["train"]
+    assert line["fit"] == "c + k1 b"
+    # the least-squares line through (1, 400.1), (2, 700.4), (3, 1000.9): 99.667 + 300.4 b
+    assert line["activations_gib"] * 1024 == pytest.approx(99.667 + 300.4 * 16, abs=0.1)
     # an optimiser step above the activations is the peak
     big = predict_memory([measured(2, 2, optimizer=5000), measured(1), measured(3)], preset)["predicted_gib"]
     assert big * 1024 == pytest.approx(110 + 5000, abs=0.1)

@@ -19,7 +19,7 @@ what stays allocated (weights, buffers, optimiser state, frozen models: S), the 
 step moves to the device (D), the most the forward/backward passes hold above S (P(b), D included) and the
 optimiser step's own peak (O). A(b) = P(b) - G - D is fitted as c + k1 b + k2 b^2 through the micro-batches
 measured (c: what does not grow with the batch, such as autocast's copies of the weights; b^2: DCR's B^2 UNet
-grid, the B x B logits; k2 is dropped where two micro-batches or a negative fit cannot show it) and the
+grid; k2 is kept only where three micro-batches show it clearly: `_grows_with_square`) and the
 prediction is S + G + max(A(M) + D_M, O), D_M the preset's device batch: bytes the CUDA allocator is asked
 for, without its caching slack or the CUDA context (about 0.5 GB more per GPU). On a CPU the figures are
 tensor bytes (`hf_vrl.methods.dcr.memory.LiveMemory`), on CUDA the allocator's own.
@@ -43,7 +43,15 @@ from typing import Any
 from hf_vrl.errors import UserError
 from hf_vrl.run.config import RunConfig, resolve
 
-__all__ = ["DryRunOptions", "dry_run", "dry_run_config", "paper_presets", "predict_memory", "preset_config"]
+__all__ = [
+    "DryRunOptions",
+    "dry_run",
+    "dry_run_config",
+    "fit_runs",
+    "paper_presets",
+    "predict_memory",
+    "preset_config",
+]
 
 GIB = 2**30
 # settings naming data that a method reads beside data.dataset -> the synthetic stand-in
@@ -291,26 +299,24 @@ def _probe_micro_batches(method: str, micro_batch: int) -> list[int]:
 
 
 def _memory_probes(
-    runner: _Runner, config: RunConfig, options: DryRunOptions, main: Measured, budget: float
-) -> tuple[dict[str, Any], list[Measured]]:
+    runner: _Runner, config: RunConfig, options: DryRunOptions, main: Measured
+) -> dict[str, Any]:
     """One step per stage at each probe micro-batch; one above the dry run's only where its host peak,
     extrapolated from the runs below it, fits the host budget."""
-    runs, measured = {}, [main]
+    runs, measured, budget = {}, [main], _host_budget(options)
     for size in _probe_micro_batches(runner.method_class.name, main.plan.micro_batch):
         name = f"memory-probe-{size}"
         expected = _host_peak_at(measured, size)
         if expected > budget:
-            runs[name] = {
-                "skipped": f"its host peak, about {expected / GIB:.1f} GiB, is above {budget / GIB:.1f} GiB"
-            }
+            above = f"{expected / GIB:.1f} GiB, is above {budget / GIB:.1f} GiB"
+            runs[name] = {"skipped": f"its host peak, about {above}"}
             continue
         probe = dry_run_config(config, replace(options, steps=1), size)
-        runs[name] = runner.run(name, _write_config(probe, runner.out / f"config-{name}.json")) | {
-            "micro_batch": size
-        }
+        config_file = _write_config(probe, runner.out / f"config-{name}.json")
+        runs[name] = runner.run(name, config_file) | {"micro_batch": size}
         if runs[name]["returncode"] == 0:
             measured.append(Measured(runner.records(name), probe.batch_plan(1)))
-    return runs, measured
+    return runs
 
 
 def _host_peak_at(measured: list[Measured], size: int) -> float:
@@ -357,13 +363,14 @@ def dry_run(
     main = dry_run_config(config, options)
     report = _header(method_class, config, main, options, out) | {"preset": preset}
     runner = _Runner(method_class, out, _environment(options), options.threads)
-    report["runs"], fit = _runs(runner, config, main, report["stages"][-1], options)
+    report["runs"] = _runs(runner, config, main, report["stages"][-1], options)
     if (out / "one-process" / "report.json").is_file():
         folders = _saved_folders(out / "one-process")
         report["load_back"] = _load_back(folders, out / "logs" / "load-back.json", runner.env)
     names = [name.replace("_", "-") for name, run in report["runs"].items() if "skipped" not in run]
     report["records"] = {name: runner.records(name) for name in names}
     report["steps"] = {name: _step_summary(records) for name, records in report["records"].items()}
+    fit = fit_runs(config, options, report["records"]) if options.memory_fit else []
     if len(fit) > 1:
         report["prediction"] = predict_memory(fit, config.batch_plan(1))
     report["problems"] = problems(report, out)
@@ -396,27 +403,35 @@ def _header(
 
 def _runs(
     runner: _Runner, config: RunConfig, main: RunConfig, last_stage: str, options: DryRunOptions
-) -> tuple[dict[str, Any], list[Measured]]:
-    """The one-process run (killed and resumed), the runs on more processes, the memory probes; the probes'
-    measurements for the fit."""
+) -> dict[str, Any]:
+    """The one-process run (killed and resumed), the runs on more processes, the memory probes."""
     config_file = _write_config(main, runner.out / "config.json")
     one = _one_process(runner, config_file, last_stage, options)
     one["matches_print_config"] = runner.matches_print_config("one-process", config_file, 1)
     runs: dict[str, Any] = {"one_process": one}
     records = runner.records("one-process")
     if not records:  # it trained nothing: the other runs would not tell more
-        return runs, []
+        return runs
     for processes in (p for p in options.processes if p > 1):
         name = f"{processes}-processes"
         skip = _processes_skip(records, processes, _host_budget(options))
         runs[name] = {"skipped": skip} if skip else runner.run(name, config_file, processes)
         if not skip:
             runs[name]["matches_print_config"] = runner.matches_print_config(name, config_file, processes)
-    if not options.memory_fit:
-        return runs, []
-    main_run = Measured(records, main.batch_plan(1))
-    probes, fit = _memory_probes(runner, config, options, main_run, _host_budget(options))
-    return runs | probes, fit
+    if options.memory_fit:
+        runs |= _memory_probes(runner, config, options, Measured(records, main.batch_plan(1)))
+    return runs
+
+
+def fit_runs(config: RunConfig, options: DryRunOptions, records: Mapping[str, Any]) -> list[Measured]:
+    """The runs of a dry run's memory fit, from their step records: the one-process run, then the probes."""
+    sizes = {"one-process": options.micro_batch}
+    sizes |= {name: int(name.rsplit("-", 1)[1]) for name in records if name.startswith("memory-probe-")}
+    return [
+        Measured(records[name], dry_run_config(config, options, size).batch_plan(1))
+        for name, size in sizes.items()
+        if records.get(name)
+    ]
 
 
 def _step_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -473,7 +488,7 @@ def _stage_prediction(runs: list[Measured], stage: str, preset: Any) -> dict[str
     sizes = [m.plan.micro_batch for m in runs]
     activations = [max(r["step_peak_bytes"] - grads - r["data_bytes"] for r in m.stage(stage)) for m in runs]
     coefficients = np.polyfit(sizes, activations, 2) if len(runs) > 2 else None
-    if coefficients is None or coefficients[0] < 0:  # no b^2 term seen (or none that is real)
+    if coefficients is None or not _grows_with_square(coefficients, max(sizes)):
         coefficients = np.append(0.0, np.polyfit(sizes, activations, 1))
     fitted = float(np.polyval(coefficients, preset.micro_batch))
     data = last["data_bytes"] / runs[0].plan.trainer_batch * preset.trainer_batch
@@ -489,6 +504,14 @@ def _stage_prediction(runs: list[Measured], stage: str, preset: Any) -> dict[str
         "micro_batches": sizes,
         "fit": "c + k1 b + k2 b^2" if coefficients[0] else "c + k1 b",
     }
+
+
+def _grows_with_square(coefficients: Any, largest: int) -> bool:
+    """Whether a fit's b^2 term is real: positive and, at the largest micro-batch measured, at least 1 % of
+    the linear term. Smaller curvature comes from kernels and allocations that do not grow as b^2, and
+    extrapolated to a micro-batch of a hundred or more it would outweigh everything else."""
+    k2, k1 = coefficients[0], coefficients[1]
+    return k2 > 0 and k2 * largest >= 0.01 * abs(k1)
 
 
 def problems(report: Mapping[str, Any], out: Path) -> list[str]:
