@@ -235,7 +235,7 @@ def test_a_dry_run_refuses_a_folder_it_did_not_make_a_resume_and_a_launcher(tmp_
 
 CHEAPEST = {  # preset: the classes of the folders it saves, as a user loads them (final/ first)
     "clue-r50": ["CLUEModel", "ResNetModel"],
-    "dive-b16": ["CLIPModel"],
+    "dive-b16": ["CLIPModel", "CLIPVisionModel"],
 }
 
 
