@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -233,31 +232,27 @@ def test_a_dry_run_refuses_a_folder_it_did_not_make_a_resume_and_a_launcher(tmp_
 
 # -- end to end: the cheapest paper presets at their real size -----------------------------------------------
 
-CHEAPEST = {  # preset: the classes of the folders it saves, as a user loads them (final/ first)
-    "clue-r50": ["CLUEModel", "ResNetModel"],
-    "dive-b16": ["CLIPModel", "CLIPVisionModel"],
-}
-
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", list(CHEAPEST))
-def test_the_cheapest_paper_presets_dry_run_at_their_real_size(preset, tmp_path):
+def test_the_cheapest_paper_preset_dry_runs_at_its_real_size(tmp_path):
+    """clue-r50, the cheapest paper preset by the dry runs' wall time (benchmarks/results/dry_runs.json: about
+    9 minutes on the shared 2-core machine, the ViT-B/16 DiffCLIP and DiVE presets 17 to 22; the benchmark
+    runs every preset)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VRL_REAL_SIZE_HOME": str(tmp_path / "home")}
-    method = preset.split("-")[0]
     out = tmp_path / "dry"
-    command = [sys.executable, "-m", "hf_vrl.cli", "train", method, "--config", preset, "--dry-run"]
+    command = [sys.executable, "-m", "hf_vrl.cli", "train", "clue", "--config", "clue-r50", "--dry-run"]
     done = subprocess.run([*command, "--output-dir", str(out)], env=env, capture_output=True, text=True)
     report = json.loads((out / "dry_run.json").read_text())
     assert done.returncode == 0 and report["passed"], (report.get("problems"), done.stdout[-2000:])
+    assert report["models"]["model.backbone"]["parameters"] == {".": 25_557_032}  # ResNet-50
+    assert report["models"]["model.text_encoder"]["parameters"] == {".": 149_620_737}  # CLIP ViT-B/16
     one = report["runs"]["one_process"]
-    assert (
-        one["killed"]["returncode"] == -9 and one["killed_after_checkpoint"] and one["matches_print_config"]
-    )
-    assert report["runs"]["2-processes"]["matches_print_config"]
-    assert report["steps"]["one-process"]["train"]["steps"] == [1, 2]
+    assert one["killed"]["returncode"] == -9 and one["killed_after_checkpoint"]
+    assert one["matches_print_config"] and report["runs"]["2-processes"]["matches_print_config"]
+    assert report["steps"]["one-process"]["train"]["steps"] == [1, 2]  # step 1 before the kill, 2 after
     assert report["steps"]["2-processes"]["train"]["steps"] == [1, 2]
-    assert [found["class"] for found in report["load_back"].values()] == CHEAPEST[preset]
-    assert report["prediction"]["micro_batch"] == (128 if method == "clue" else 256)  # the preset's
+    found = list(report["load_back"].values())  # final/ (remote code), exports/backbone (stock ResNetModel)
+    assert [f["class"] for f in found] == ["CLUEModel", "ResNetModel"]
+    assert report["prediction"]["micro_batch"] == 128  # the preset's
     prediction = report["prediction"]["stages"]["train"]
     assert prediction["predicted_gib"] > prediction["static_gib"] > 0
-    assert all(Path(model["folder"]).is_dir() for model in report["models"].values())
