@@ -256,3 +256,56 @@ def test_the_cheapest_paper_preset_dry_runs_at_its_real_size(tmp_path):
     assert report["prediction"]["micro_batch"] == 128  # the preset's
     prediction = report["prediction"]["stages"]["train"]
     assert prediction["predicted_gib"] > prediction["static_gib"] > 0
+
+
+def test_a_resume_that_loads_its_checkpoint_in_part_fails_the_dry_run(tmp_path):
+    from hf_vrl.run.dry_run import problems
+
+    (tmp_path / "one-process" / "final").mkdir(parents=True)
+    loads = [{"stage": "train", "missing": ["backbone.layers.0.attention.q_proj.weight"], "unexpected": []}]
+    report = {
+        "options": {"steps": 2},
+        "stages": ["train"],
+        "steps": {"one-process": {"train": {"steps": [1, 2]}}},
+        "runs": {
+            "one_process": {
+                "killed": {"returncode": -9},
+                "killed_after_checkpoint": True,
+                "resumed": {"returncode": 0, "checkpoint_loads": loads},
+                "matches_print_config": True,
+            }
+        },
+        "load_back": {"final": {"missing_keys": [], "unexpected_keys": []}},
+    }
+    found = problems(report, tmp_path)
+    assert found == [
+        "one process: resuming train loaded its checkpoint only in part (1 weights missing, 0 unexpected, "
+        "e.g. backbone.layers.0.attention.q_proj.weight)"
+    ]
+    loads[0]["missing"] = []
+    assert problems(report, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_the_probe_records_a_checkpoint_that_loads_in_part(tmp_path):
+    """A checkpoint missing a weight: the resumed run is refused, or the probe records the missing key (a
+    dry run then fails); it never continues unnoticed on a partly loaded model."""
+    from safetensors.torch import load_file, save_file
+
+    from hf_vrl.run.probe import read_records
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    record = tmp_path / "steps.jsonl"
+    train = ["train", "diffclip", "--config", "diffclip-tiny", "--train-limit", "16", "--batch-size", "4"]
+    train += ["--max-steps", "2", "--save-steps", "1", "--no-eval-before", "--no-eval-after", "--no-figures"]
+    train += ["--output-dir", str(tmp_path / "run")]
+    probe = [sys.executable, "-m", "hf_vrl.run.probe", "--record", str(record)]
+    killed = subprocess.run([*probe, "--kill-at", "train:1", "--", *train], env=env, capture_output=True)
+    assert killed.returncode == -9
+    weights = tmp_path / "run" / "checkpoints" / "train" / "checkpoint-1" / "model.safetensors"
+    tensors = load_file(weights)
+    dropped = sorted(tensors)[0]
+    save_file({key: value for key, value in tensors.items() if key != dropped}, weights, {"format": "pt"})
+    resumed = subprocess.run([*probe, "--", *train, "--resume", "auto"], env=env, capture_output=True)
+    loads = read_records(record, ".loads")
+    assert resumed.returncode != 0 or [load["missing"] for load in loads] == [[dropped]], loads

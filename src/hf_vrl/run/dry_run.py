@@ -6,7 +6,8 @@ data by the generated shapes world at the method's image size; evaluation, figur
 batch is small (2 per micro-batch, 2 micro-batches a step) and every stage takes 2 optimiser steps. Then,
 each run a fresh `hf-vrl` process measured by `hf_vrl.run.probe`:
   one process     killed (SIGKILL) at the start of the last stage's step 2, after step 1's checkpoint,
-                  then resumed with --resume auto to the end: final/ and the exports
+                  then resumed with --resume auto to the end (every weight of the checkpoint must load):
+                  final/ and the exports
   two processes   torchrun, the same global batch (skipped where two would not fit in the memory left, or on
                   one GPU)
   memory probes   one step per stage at the two nearest other micro-batches (1 and 3; 3 and 4 where a method
@@ -203,10 +204,11 @@ class _Runner:
             code = subprocess.run([*command, *train], env=self.env, stdout=log, stderr=subprocess.STDOUT)
         return {"returncode": code.returncode, "wall_s": round(time.perf_counter() - started, 1)}
 
-    def records(self, name: str) -> list[dict[str, Any]]:
+    def records(self, name: str, kind: str = "") -> list[dict[str, Any]]:
+        """Run `name`'s step records (`kind` ".loads": its checkpoint loads; `hf_vrl.run.probe`)."""
         from hf_vrl.run.probe import read_records
 
-        return read_records(self.out / "logs" / f"{name}.steps.jsonl")
+        return read_records(self.out / "logs" / f"{name}.steps.jsonl", kind)
 
     def matches_print_config(self, name: str, config_file: Path, processes: int) -> bool:
         """Whether run `name`'s config.json and logged batch layout are what `--print-config` shows for its
@@ -257,11 +259,12 @@ def _one_process(runner: _Runner, config_file: Path, last_stage: str, options: D
         return {"run": runner.run(name, config_file)}
     killed = runner.run(name, config_file, probe=["--kill-at", f"{last_stage}:1"])
     checkpoint = runner.out / name / "checkpoints" / last_stage / "checkpoint-1"
+    resumed = runner.run(name, config_file, train=["--resume", "auto"])
     return {
         "killed": killed,
         "killed_after_checkpoint": killed["returncode"] == -9
         and (checkpoint / "trainer_state.json").is_file(),
-        "resumed": runner.run(name, config_file, train=["--resume", "auto"]),
+        "resumed": resumed | {"checkpoint_loads": runner.records(name, ".loads")},
     }
 
 
@@ -523,6 +526,13 @@ def problems(report: Mapping[str, Any], out: Path) -> list[str]:
         found.append(
             f"one process: not killed after step 1's checkpoint (exit {one['killed']['returncode']})"
         )
+    for load in one.get("resumed", {}).get("checkpoint_loads", []):
+        if load["missing"] or load["unexpected"]:
+            found.append(
+                f"one process: resuming {load['stage']} loaded its checkpoint only in part ("
+                f"{len(load['missing'])} weights missing, {len(load['unexpected'])} unexpected, e.g. "
+                f"{(load['missing'] + load['unexpected'])[0]})"
+            )
     finished = one.get("resumed", one.get("run"))
     if finished["returncode"] != 0 or not (out / "one-process" / "final").is_dir():
         found.append(f"one process: failed (exit {finished['returncode']}; see logs/one-process.log)")
