@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 def recompute(output: Path) -> int:
     """Each preset's memory prediction again, from the step records its dry run kept (what the formula of
     hf_vrl.run.dry_run gives for the same measurements)."""
-    from hf_vrl.run.dry_run import DryRunOptions, fit_runs, predict_memory, preset_config
+    from hf_vrl.run.dry_run import DryRunOptions, fit_runs, grows_with_square, predict_memory, preset_config
 
     results = json.loads(output.read_text())
     for preset, kept in results["presets"].items():
@@ -91,7 +91,7 @@ def recompute(output: Path) -> int:
         options = DryRunOptions(micro_batch=kept["options"]["micro_batch"])
         fit = fit_runs(config, options, kept["records"])
         if len(fit) > 1:
-            kept["prediction"] = predict_memory(fit, config.batch_plan(1))
+            kept["prediction"] = predict_memory(fit, config.batch_plan(1), grows_with_square(config))
     output.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 

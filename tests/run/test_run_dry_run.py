@@ -147,35 +147,38 @@ def measured(micro_batch: int, steps: int = 1, optimizer: int = 50) -> Measured:
 
 
 def test_the_memory_prediction_fits_the_activations_of_the_micro_batches_measured():
-    """At micro-batch 16 with a device batch of 16: 100 + 10 + max(100 + 3*16 + 2*256 + 16, 50) = 786 MiB
-    from three micro-batches; two cannot show the b^2 term: the line through (1, 105) and (2, 114) gives
-    96 + 9*16 = 240 MiB of activations, 366 MiB in all."""
+    """At micro-batch 16 with a device batch of 16, DCR's fit (a b^2 term) gives 100 + 10 + max(100 + 3*16 +
+    2*256 + 16, 50) = 786 MiB from three micro-batches; the fit of every other method is the least-squares
+    line through (1, 105), (2, 114), (3, 127): 93.33 + 11 b, 269.33 MiB of activations at 16, 395.33 MiB in
+    all."""
     preset = BatchPlan(micro_batch=16, processes=1, accumulation_steps=16, accumulation="micro_batch")
-    prediction = predict_memory([measured(2, steps=2), measured(1), measured(3)], preset)
+    three = [measured(2, steps=2), measured(1), measured(3)]
+    prediction = predict_memory(three, preset, square=True)
     stage = prediction["stages"]["train"]
     assert stage["activations_gib"] * 1024 == pytest.approx(100 + 3 * 16 + 2 * 256, abs=0.1)  # 4 places
     assert stage["data_gib"] * 1024 == pytest.approx(16, abs=0.1)
     assert prediction["predicted_gib"] * 1024 == pytest.approx(786, abs=0.1)
     assert stage["fit"] == "c + k1 b + k2 b^2" and stage["micro_batches"] == [2, 1, 3]
-    two = predict_memory([measured(2, steps=2), measured(1)], preset)["stages"]["train"]
-    assert two["predicted_gib"] * 1024 == pytest.approx(366, abs=0.1) and two["fit"] == "c + k1 b"
+    line = predict_memory(three, preset)["stages"]["train"]
+    assert line["fit"] == "c + k1 b" and line["predicted_gib"] * 1024 == pytest.approx(395.33, abs=0.1)
+    two = predict_memory(three[:2], preset, square=True)["stages"]["train"]  # b^2 needs three sizes
+    assert two["fit"] == "c + k1 b" and two["activations_gib"] * 1024 == pytest.approx(96 + 9 * 16, abs=0.1)
     # under whole_batch the device batch is the process's share: data of 64 samples for micro-batch 16
     whole = BatchPlan(micro_batch=16, processes=1, accumulation_steps=4, accumulation="whole_batch")
-    predicted = predict_memory([measured(2, steps=2), measured(1), measured(3)], whole)["predicted_gib"]
-    assert predicted * 1024 == pytest.approx(786 + 48, abs=0.1)
-    # a curvature of 0.1 % of the linear term (kernels, allocations) is not extrapolated as a b^2 term
-    flat = [measured(2, steps=2), measured(1), measured(3)]
-    for run in flat:
-        b = run.plan.micro_batch
-        for r in run.records:
-            r["step_peak_bytes"] = int((10 + 100 + 300 * b + 0.1 * b * b + b) * 2**20)
-    line = predict_memory(flat, preset)["stages"]["train"]
-    assert line["fit"] == "c + k1 b"
-    # the least-squares line through (1, 400.1), (2, 700.4), (3, 1000.9): 99.667 + 300.4 b
-    assert line["activations_gib"] * 1024 == pytest.approx(99.667 + 300.4 * 16, abs=0.1)
+    assert predict_memory(three, whole, square=True)["predicted_gib"] * 1024 == pytest.approx(834, abs=0.1)
     # an optimiser step above the activations is the peak
     big = predict_memory([measured(2, 2, optimizer=5000), measured(1), measured(3)], preset)["predicted_gib"]
     assert big * 1024 == pytest.approx(110 + 5000, abs=0.1)
+
+
+def test_only_dcrs_grid_of_unet_passes_grows_with_the_square_of_the_batch():
+    from hf_vrl.run.dry_run import grows_with_square
+
+    assert grows_with_square(preset_config("dcr-openai-l14-224")[1])
+    assert not grows_with_square(preset_config("dcr-openai-l14-224", {"dcr.num_negatives": 4})[1])
+    assert not grows_with_square(preset_config("dcr-openai-l14-224", {"dcr.objective": "reconstruction"})[1])
+    for preset in ("clue-vitb16", "dive-b16", "diffclip-b16"):
+        assert not grows_with_square(preset_config(preset)[1])
 
 
 def test_print_config_of_a_dry_run_shows_what_it_trains_and_builds_nothing(tmp_path, capsys, monkeypatch):

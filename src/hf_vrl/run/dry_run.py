@@ -18,9 +18,9 @@ and checks that each run's `config.json` and batch layout are what `--print-conf
 The memory predicted on a GPU at the preset's micro-batch M (`predict_memory`): the probe measures, per step,
 what stays allocated (weights, buffers, optimiser state, frozen models: S), the gradients (G), the batch the
 step moves to the device (D), the most the forward/backward passes hold above S (P(b), D included) and the
-optimiser step's own peak (O). A(b) = P(b) - G - D is fitted as c + k1 b + k2 b^2 through the micro-batches
-measured (c: what does not grow with the batch, such as autocast's copies of the weights; b^2: DCR's B^2 UNet
-grid; k2 is kept only where three micro-batches show it clearly: `_grows_with_square`) and the
+optimiser step's own peak (O). A(b) = P(b) - G - D is fitted by least squares through the micro-batches
+measured as c + k1 b (c: what does not grow with the batch, such as autocast's copies of the weights), plus
+k2 b^2 where the method runs networks on B^2 pairs (`grows_with_square`: DCR's UNet grid), and the
 prediction is S + G + max(A(M) + D_M, O), D_M the preset's device batch: bytes the CUDA allocator is asked
 for, without its caching slack or the CUDA context (about 0.5 GB more per GPU). On a CPU the figures are
 tensor bytes (`hf_vrl.methods.dcr.memory.LiveMemory`), on CUDA the allocator's own.
@@ -49,6 +49,7 @@ __all__ = [
     "dry_run",
     "dry_run_config",
     "fit_runs",
+    "grows_with_square",
     "paper_presets",
     "predict_memory",
     "preset_config",
@@ -375,7 +376,7 @@ def dry_run(
     report["steps"] = {name: _step_summary(records) for name, records in report["records"].items()}
     fit = fit_runs(config, options, report["records"]) if options.memory_fit else []
     if len(fit) > 1:
-        report["prediction"] = predict_memory(fit, config.batch_plan(1))
+        report["prediction"] = predict_memory(fit, config.batch_plan(1), grows_with_square(config))
     report["problems"] = problems(report, out)
     report["passed"] = not report["problems"]
     report["wall_s"] = round(time.perf_counter() - started, 1)
@@ -464,36 +465,43 @@ class Measured:
         return [r for r in self.records if r["stage"] == stage and r["rank"] == 0]
 
 
-def predict_memory(measured: list[Measured], preset: Any) -> dict[str, Any]:
+def grows_with_square(config: RunConfig) -> bool:
+    """Whether a step's activations grow with the square of the micro-batch: DCR's Eq. 12 runs the UNet on
+    every (latent, condition) pair of a micro-batch, B^2 + B passes (B(1 + K) + B with K sampled negatives, B
+    for the reconstruction objective). Every other objective keeps per-sample activations; its B x B logits
+    are bytes, and a curvature seen between small micro-batches (kernel choices) must not be extrapolated."""
+    dcr = getattr(config, "dcr", None)
+    return dcr is not None and dcr.objective != "reconstruction" and dcr.num_negatives is None
+
+
+def predict_memory(measured: list[Measured], preset: Any, square: bool = False) -> dict[str, Any]:
     """The device memory of one process at the preset's layout (`preset`, a BatchPlan), per stage, from runs
-    at two or three micro-batches (the module docstring's model); `measured[0]` is the dry run's own."""
+    at several micro-batches (the module docstring's model; `square`: fit the b^2 term too, which takes
+    three); `measured[0]` is the dry run's own run."""
     stages = {}
     for stage in dict.fromkeys(r["stage"] for r in measured[0].records):
         runs = [m for m in measured if m.stage(stage)]
         if len(runs) > 1:
-            stages[stage] = _stage_prediction(runs, stage, preset)
+            stages[stage] = _stage_prediction(runs, stage, preset, square and len(runs) > 2)
     return {
         "micro_batch": preset.micro_batch,
         "device_batch": preset.trainer_batch,
         "stages": stages,
         "predicted_gib": max((s["predicted_gib"] for s in stages.values()), default=None),
         "how": "S + G + max(A(M) + D, O): S what stays allocated, G the gradients, A the forward/backward "
-        "activations fitted as c + k1 b + k2 b^2 through the micro-batches measured, D the preset's device "
-        "batch, O the optimiser step's peak",
+        "activations fitted as c + k1 b (+ k2 b^2 for DCR's B^2 UNet grid) through the micro-batches "
+        "measured, D the preset's device batch, O the optimiser step's peak",
     }
 
 
-def _stage_prediction(runs: list[Measured], stage: str, preset: Any) -> dict[str, Any]:
+def _stage_prediction(runs: list[Measured], stage: str, preset: Any, square: bool) -> dict[str, Any]:
     import numpy as np
 
     last = runs[0].stage(stage)[-1]  # the dry run's last step: its optimiser state exists
     grads = last["grad_bytes"]
     sizes = [m.plan.micro_batch for m in runs]
     activations = [max(r["step_peak_bytes"] - grads - r["data_bytes"] for r in m.stage(stage)) for m in runs]
-    coefficients = np.polyfit(sizes, activations, 2) if len(runs) > 2 else None
-    if coefficients is None or not _grows_with_square(coefficients, max(sizes)):
-        coefficients = np.append(0.0, np.polyfit(sizes, activations, 1))
-    fitted = float(np.polyval(coefficients, preset.micro_batch))
+    fitted = float(np.polyval(np.polyfit(sizes, activations, 2 if square else 1), preset.micro_batch))
     data = last["data_bytes"] / runs[0].plan.trainer_batch * preset.trainer_batch
     figures = {
         "static": last["static_bytes"],
@@ -505,16 +513,8 @@ def _stage_prediction(runs: list[Measured], stage: str, preset: Any) -> dict[str
     }
     return {f"{name}_gib": round(value / GIB, 4) for name, value in figures.items()} | {
         "micro_batches": sizes,
-        "fit": "c + k1 b + k2 b^2" if coefficients[0] else "c + k1 b",
+        "fit": "c + k1 b + k2 b^2" if square else "c + k1 b",
     }
-
-
-def _grows_with_square(coefficients: Any, largest: int) -> bool:
-    """Whether a fit's b^2 term is real: positive and, at the largest micro-batch measured, at least 1 % of
-    the linear term. Smaller curvature comes from kernels and allocations that do not grow as b^2, and
-    extrapolated to a micro-batch of a hundred or more it would outweigh everything else."""
-    k2, k1 = coefficients[0], coefficients[1]
-    return k2 > 0 and k2 * largest >= 0.01 * abs(k1)
 
 
 def problems(report: Mapping[str, Any], out: Path) -> list[str]:
