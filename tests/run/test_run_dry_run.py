@@ -265,7 +265,8 @@ def test_a_resume_that_loads_its_checkpoint_in_part_fails_the_dry_run(tmp_path):
     from hf_vrl.run.dry_run import problems
 
     (tmp_path / "one-process" / "final").mkdir(parents=True)
-    loads = [{"stage": "train", "missing": ["backbone.layers.0.attention.q_proj.weight"], "unexpected": []}]
+    key = "backbone.layers.0.attention.q_proj.weight"
+    loads = [{"stage": "train", "missing": 1, "unexpected": 0, "keys": [key]}]
     report = {
         "options": {"steps": 2},
         "stages": ["train"],
@@ -285,7 +286,7 @@ def test_a_resume_that_loads_its_checkpoint_in_part_fails_the_dry_run(tmp_path):
         "one process: resuming train loaded its checkpoint only in part (1 weights missing, 0 unexpected, "
         "e.g. backbone.layers.0.attention.q_proj.weight)"
     ]
-    loads[0]["missing"] = []
+    loads[0] |= {"missing": 0, "keys": []}
     assert problems(report, tmp_path) == []
 
 
@@ -311,4 +312,4 @@ def test_the_probe_records_a_checkpoint_that_loads_in_part(tmp_path):
     save_file({key: value for key, value in tensors.items() if key != dropped}, weights, {"format": "pt"})
     resumed = subprocess.run([*probe, "--", *train, "--resume", "auto"], env=env, capture_output=True)
     loads = read_records(record, ".loads")
-    assert resumed.returncode != 0 or [load["missing"] for load in loads] == [[dropped]], loads
+    assert resumed.returncode != 0 or [(load["missing"], load["keys"]) for load in loads] == [(1, [dropped])]

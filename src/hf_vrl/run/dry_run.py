@@ -530,8 +530,7 @@ def problems(report: Mapping[str, Any], out: Path) -> list[str]:
         if load["missing"] or load["unexpected"]:
             found.append(
                 f"one process: resuming {load['stage']} loaded its checkpoint only in part ("
-                f"{len(load['missing'])} weights missing, {len(load['unexpected'])} unexpected, e.g. "
-                f"{(load['missing'] + load['unexpected'])[0]})"
+                f"{load['missing']} weights missing, {load['unexpected']} unexpected, e.g. {load['keys'][0]})"
             )
     finished = one.get("resumed", one.get("run"))
     if finished["returncode"] != 0 or not (out / "one-process" / "final").is_dir():

@@ -17,11 +17,12 @@ keeps what it measured:
   host_peak_bytes                the process's peak resident memory during the step (Linux)
   device_peak_bytes              CUDA only: the allocator's peak during the step
 Every load of a checkpoint's weights into the model on resuming (the Trainer's) appends {stage, missing,
-unexpected} (the keys the checkpoint lacked or held beyond the model) to FILE.loads: a resume must load all
-of them. On the CPU the tensor figures come from `hf_vrl.methods.dcr.memory.LiveMemory` (the bytes of the
-tensors the step's operations create), which is what a CUDA allocator would be asked for; `hf_vrl.run.dry_run`
-turns them into the memory predicted on a GPU. `--kill-at STAGE:STEP` SIGKILLs the process at the start of
-step STEP+1 of STAGE, after step STEP and its checkpoint: the kill a pre-empted node or `kill -9` does.
+unexpected, keys} (how many keys the checkpoint lacked and held beyond the model, the first few of them) to
+FILE.loads: a resume must load all of them. On the CPU the tensor figures come from
+`hf_vrl.methods.dcr.memory.LiveMemory` (the bytes of the tensors the step's operations create), which is what
+a CUDA allocator would be asked for; `hf_vrl.run.dry_run` turns them into the memory predicted on a GPU.
+`--kill-at STAGE:STEP` SIGKILLs the process at the start of step STEP+1 of STAGE, after step STEP and its
+checkpoint: the kill a pre-empted node or `kill -9` does.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ import torch
 from transformers import TrainerCallback
 
 __all__ = ["StepProbe", "install", "main", "tensor_bytes"]
+
+KEYS_KEPT = 5  # of the keys a partial checkpoint load missed, in its record
 
 
 def tensor_bytes(tree: Any) -> int:
@@ -192,10 +195,13 @@ def install(record: Path, kill_at: tuple[str, int] | None = None) -> None:
 
     def recorded_load(self: VRLTrainer, load_result: Any) -> None:
         ignored = set(getattr(self.model, "_keys_to_ignore_on_save", None) or ())
+        missing = sorted(set(load_result.missing_keys) - ignored)
+        unexpected = sorted(load_result.unexpected_keys)
         line = {
             "stage": os.path.basename(os.path.normpath(self.args.output_dir)),
-            "missing": sorted(set(load_result.missing_keys) - ignored),
-            "unexpected": sorted(load_result.unexpected_keys),
+            "missing": len(missing),
+            "unexpected": len(unexpected),
+            "keys": (missing + unexpected)[:KEYS_KEPT],
         }
         with open(f"{record}.loads", "a") as out:
             out.write(json.dumps(line) + "\n")
