@@ -108,6 +108,10 @@ def main(method: str, argv: Sequence[str] | None = None) -> int:
     parsed = parse_run_args(
         method_class.config_class, argv, method_class.aliases, list_method_presets(method)
     )
+    if parsed.dry_run:
+        from hf_vrl.run.dry_run import main as dry_run_main
+
+        return dry_run_main(method_class, parsed)
     _default_output(parsed.config, parsed.source)
     if parsed.print_config:
         import sys

@@ -50,6 +50,7 @@ class ParsedRun:
     resume: str | None  # None (a new run), "auto", or a checkpoint folder
     threads: int | None
     print_config: bool
+    dry_run: bool = False
 
 
 def _flag_names(name: str) -> list[str]:
@@ -126,6 +127,14 @@ def build_parser(
     )
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="set any setting by its dotted path")
     run.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the configuration at its real size on this machine instead of training: random weights "
+        "from the real model configurations, generated data, 2 steps per stage in 1 and 2 processes, a kill "
+        "and resume, load back; reports time, memory and the memory predicted at the real batch on a GPU "
+        "(hf_vrl.run.dry_run); with --print-config prints the configuration it runs",
+    )
     run.add_argument("--threads", type=int, help="torch CPU threads for this process (default: torch's)")
     groups: dict[str | None, Any] = {None: run}
     for section, f, tp in leaf_fields(cls):
@@ -225,6 +234,7 @@ def parse_run_args(
         resume=options.get("resume"),
         threads=options.get("threads"),
         print_config=bool(options.get("print_config")),
+        dry_run=bool(options.get("dry_run")),
     )
 
 

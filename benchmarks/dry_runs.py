@@ -1,0 +1,100 @@
+"""The dry run of every paper preset on this machine (`hf-vrl train <method> --config <preset> --dry-run`, one
+after the other): real-size models with random weights, two steps per stage in one and two processes, a kill
+and resume, load back; time per step, peak memory, and the memory predicted on a GPU at the preset's batch.
+
+    python benchmarks/dry_runs.py                                  # every paper preset, cheapest first
+    python benchmarks/dry_runs.py clue-r50 dive-b16                # some of them
+    python benchmarks/dry_runs.py --memory-budget-gb 10 --threads 1
+    python benchmarks/dry_runs.py dcr-metaclip-h14 --micro-batch 1 --no-memory-fit    # where 2 does not fit
+    python benchmarks/dry_runs.py --recompute     # the predictions again from the step records kept
+
+Each preset's report is merged into the results file (default benchmarks/results/dry_runs.json) as soon as it
+is done; its run folder is deleted, the real-size model folders are kept ($HF_VRL_REAL_SIZE_HOME) for the next
+preset. `hf_vrl.run.dry_run` says what each figure is and how the prediction is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results" / "dry_runs.json"
+KEPT = (
+    "passed",
+    "problems",
+    "micro_batch",
+    "global_batch",
+    "stages",
+    "models",
+    "runs",
+    "steps",
+    "prediction",
+    "load_back",
+    "records",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hf_vrl.run.dry_run import DryRunOptions, dry_run, machine, paper_presets, preset_config
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("presets", nargs="*", help="default: every paper preset, cheapest first")
+    parser.add_argument("--memory-budget-gb", type=float, default=None, help="host memory the runs may use")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads of each run")
+    parser.add_argument("--micro-batch", type=int, default=2, help="the dry run's micro-batch (default 2)")
+    parser.add_argument("--no-memory-fit", dest="memory_fit", action="store_false", help="no memory probe")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--recompute", action="store_true", help="redo the predictions from the records kept")
+    args = parser.parse_args(argv)
+    if args.recompute:
+        return recompute(args.output)
+    options = DryRunOptions(
+        micro_batch=args.micro_batch,
+        memory_fit=args.memory_fit,
+        memory_budget_gb=args.memory_budget_gb,
+        threads=args.threads,
+    )
+    results = json.loads(args.output.read_text()) if args.output.is_file() else {"presets": {}}
+    results["machine"] = machine()
+    results["figures"] = (
+        "step_s: wall clock of each optimiser step (forward, backward, optimiser step) under the machine's "
+        "load at the time (each preset's machine.load_average_at_start); host_peak_gib: the process's peak "
+        "resident memory in the step; prediction: hf_vrl.run.dry_run.predict_memory"
+    )
+    work = Path(tempfile.mkdtemp(prefix="hf_vrl_dry_runs_"))
+    try:
+        for preset in args.presets or paper_presets():
+            method_class, config = preset_config(preset)
+            report = dry_run(method_class, config, work / preset, options, preset=preset)
+            kept = {key: report.get(key) for key in KEPT}
+            results["presets"][preset] = kept | {key: report[key] for key in ("options", "machine", "wall_s")}
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(json.dumps(results, indent=2) + "\n")
+            print(f"{preset}: {'passed' if report['passed'] else 'FAILED'} in {report['wall_s']:.0f} s")
+            shutil.rmtree(work / preset, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def recompute(output: Path) -> int:
+    """Each preset's memory prediction again, from the step records its dry run kept (what the formula of
+    hf_vrl.run.dry_run gives for the same measurements)."""
+    from hf_vrl.run.dry_run import DryRunOptions, fit_runs, grows_with_square, predict_memory, preset_config
+
+    results = json.loads(output.read_text())
+    for preset, kept in results["presets"].items():
+        config = preset_config(preset)[1]
+        options = DryRunOptions(micro_batch=kept["options"]["micro_batch"])
+        fit = fit_runs(config, options, kept["records"])
+        if len(fit) > 1:
+            kept["prediction"] = predict_memory(fit, config.batch_plan(1), grows_with_square(config))
+    output.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
