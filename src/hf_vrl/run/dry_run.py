@@ -21,7 +21,8 @@ step moves to the device (D), the most the forward/backward passes hold above S 
 optimiser step's own peak (O). A(b) = P(b) - G - D is fitted by least squares through the micro-batches
 measured as c + k1 b (c: what does not grow with the batch, such as autocast's copies of the weights), plus
 k2 b^2 where the method runs networks on B^2 pairs (`grows_with_square`: DCR's UNet grid), and the
-prediction is S + G + max(A(M) + D_M, O), D_M the preset's device batch: bytes the CUDA allocator is asked
+prediction is S + G + max(A(M) + D_M, O), D_M the data of one micro-batch of M samples (the micro-batches of
+a step reach the device one at a time, under either accumulation): bytes the CUDA allocator is asked
 for, without its caching slack or the CUDA context (about 0.5 GB more per GPU). On a CPU the figures are
 tensor bytes (`hf_vrl.methods.dcr.memory.LiveMemory`), on CUDA the allocator's own.
 Everything goes to `<output-dir>` (default `runs/<preset>-dry-run`) and its `dry_run.json`.
@@ -61,6 +62,8 @@ SYNTHETIC_DATA: dict[str, dict[str, Any]] = {
     "dive": {  # class indices of the preset's data mean nothing in the generated world
         "dive.reference_dataset": "shapes",
         "dive.ood_datasets": [],
+        "dive.ood_splits": {},
+        "dive.ood_limits": {},
         "dive.classes": None,
         "dive.held_out_classes": None,
     },
@@ -485,12 +488,11 @@ def predict_memory(measured: list[Measured], preset: Any, square: bool = False) 
             stages[stage] = _stage_prediction(runs, stage, preset, square and len(runs) > 2)
     return {
         "micro_batch": preset.micro_batch,
-        "device_batch": preset.trainer_batch,
         "stages": stages,
         "predicted_gib": max((s["predicted_gib"] for s in stages.values()), default=None),
         "how": "S + G + max(A(M) + D, O): S what stays allocated, G the gradients, A the forward/backward "
         "activations fitted as c + k1 b (+ k2 b^2 for DCR's B^2 UNet grid) through the micro-batches "
-        "measured, D the preset's device batch, O the optimiser step's peak",
+        "measured, D the data of one micro-batch, O the optimiser step's peak",
     }
 
 
@@ -502,7 +504,7 @@ def _stage_prediction(runs: list[Measured], stage: str, preset: Any, square: boo
     sizes = [m.plan.micro_batch for m in runs]
     activations = [max(r["step_peak_bytes"] - grads - r["data_bytes"] for r in m.stage(stage)) for m in runs]
     fitted = float(np.polyval(np.polyfit(sizes, activations, 2 if square else 1), preset.micro_batch))
-    data = last["data_bytes"] / runs[0].plan.trainer_batch * preset.trainer_batch
+    data = last["data_bytes"] / last["data_samples"] * preset.micro_batch
     figures = {
         "static": last["static_bytes"],
         "gradients": grads,

@@ -11,6 +11,7 @@ keeps what it measured:
   static_bytes                   tensors alive at the step's start but the step's data: weights, buffers,
                                  optimiser state, frozen models (CUDA: allocated; CPU: every CPU tensor)
   data_bytes                     the largest batch one training_step call received (what goes to the device)
+  data_samples                   the samples in that batch (a micro-batch)
   grad_bytes                     the gradients of the trainable parameters
   step_peak_bytes                the most the forward/backward passes held above static_bytes, data included
   optimizer_peak_bytes           the most the optimiser step held above static_bytes + grad_bytes
@@ -55,6 +56,14 @@ def tensor_bytes(tree: Any) -> int:
     return sum(leaf.numel() * leaf.element_size() for leaf in leaves if isinstance(leaf, torch.Tensor))
 
 
+def batch_samples(tree: Any) -> int:
+    """Samples in a (nested) batch: the first dimension of its tensors."""
+    from torch.utils._pytree import tree_flatten
+
+    leaves = tree_flatten(tree)[0]
+    return max((leaf.shape[0] for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.ndim), default=0)
+
+
 def _cpu_tensor_bytes() -> int:
     """Bytes of every CPU tensor alive in this process (storages counted once)."""
     storages: dict[int, int] = {}
@@ -91,7 +100,7 @@ class StepProbe(TrainerCallback):
         self.kill_at = kill_at
         self.stage = ""
         self.last_end = time.perf_counter()
-        self.data_bytes = 0
+        self.data_bytes = self.data_samples = 0
         self.step_data_bytes = 0
         self._live: Any = None
         self._figures: dict[str, Any] = {}
@@ -130,7 +139,7 @@ class StepProbe(TrainerCallback):
             "static_bytes": static,
             "grad_bytes": sum(p.numel() * p.element_size() for p in trainable),
         }
-        self.data_bytes = self.step_data_bytes = 0
+        self.data_bytes = self.data_samples = self.step_data_bytes = 0
         _reset_host_peak()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -173,6 +182,7 @@ class StepProbe(TrainerCallback):
             "cpu_s": time.process_time() - figures.pop("cpu_start"),
             **figures,
             "data_bytes": self.data_bytes,
+            "data_samples": self.data_samples,
             "host_peak_bytes": _host_peak(),
         }
         with open(self.record, "a") as out:
@@ -181,7 +191,8 @@ class StepProbe(TrainerCallback):
 
     def count_batch(self, inputs: Any) -> None:
         size = tensor_bytes(inputs)
-        self.data_bytes = max(self.data_bytes, size)
+        if size > self.data_bytes:
+            self.data_bytes, self.data_samples = size, batch_samples(inputs)
         self.step_data_bytes += size
 
 
