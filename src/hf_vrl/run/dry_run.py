@@ -208,11 +208,11 @@ class _Runner:
             code = subprocess.run([*command, *train], env=self.env, stdout=log, stderr=subprocess.STDOUT)
         return {"returncode": code.returncode, "wall_s": round(time.perf_counter() - started, 1)}
 
-    def records(self, name: str, kind: str = "") -> list[dict[str, Any]]:
-        """Run `name`'s step records (`kind` ".loads": its checkpoint loads; `hf_vrl.run.probe`)."""
+    def records(self, name: str) -> list[dict[str, Any]]:
+        """Run `name`'s step records (`hf_vrl.run.probe`)."""
         from hf_vrl.run.probe import read_records
 
-        return read_records(self.out / "logs" / f"{name}.steps.jsonl", kind)
+        return read_records(self.out / "logs" / f"{name}.steps.jsonl")
 
     def matches_print_config(self, name: str, config_file: Path, processes: int) -> bool:
         """Whether run `name`'s config.json and logged batch layout are what `--print-config` shows for its
@@ -268,7 +268,7 @@ def _one_process(runner: _Runner, config_file: Path, last_stage: str, options: D
         "killed": killed,
         "killed_after_checkpoint": killed["returncode"] == -9
         and (checkpoint / "trainer_state.json").is_file(),
-        "resumed": resumed | {"checkpoint_loads": runner.records(name, ".loads")},
+        "resumed": resumed,
     }
 
 
@@ -528,12 +528,6 @@ def problems(report: Mapping[str, Any], out: Path) -> list[str]:
         found.append(
             f"one process: not killed after step 1's checkpoint (exit {one['killed']['returncode']})"
         )
-    for load in one.get("resumed", {}).get("checkpoint_loads", []):
-        if load["missing"] or load["unexpected"]:
-            found.append(
-                f"one process: resuming {load['stage']} loaded its checkpoint only in part ("
-                f"{load['missing']} weights missing, {load['unexpected']} unexpected, e.g. {load['keys'][0]})"
-            )
     finished = one.get("resumed", one.get("run"))
     if finished["returncode"] != 0 or not (out / "one-process" / "final").is_dir():
         found.append(f"one process: failed (exit {finished['returncode']}; see logs/one-process.log)")

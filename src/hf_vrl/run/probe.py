@@ -17,11 +17,9 @@ keeps what it measured:
   optimizer_peak_bytes           the most the optimiser step held above static_bytes + grad_bytes
   host_peak_bytes                the process's peak resident memory during the step (Linux)
   device_peak_bytes              CUDA only: the allocator's peak during the step
-Every load of a checkpoint's weights into the model on resuming (the Trainer's) appends {stage, missing,
-unexpected, keys} (how many keys the checkpoint lacked and held beyond the model, the first few of them) to
-FILE.loads: a resume must load all of them. On the CPU the tensor figures come from
-`hf_vrl.methods.dcr.memory.LiveMemory` (the bytes of the tensors the step's operations create), which is what
-a CUDA allocator would be asked for; `hf_vrl.run.dry_run` turns them into the memory predicted on a GPU.
+On the CPU the tensor figures come from `hf_vrl.methods.dcr.memory.LiveMemory` (the bytes of the tensors the
+step's operations create), which is what a CUDA allocator would be asked for; `hf_vrl.run.dry_run` turns
+them into the memory predicted on a GPU.
 `--kill-at STAGE:STEP` SIGKILLs the process at the start of step STEP+1 of STAGE, after step STEP and its
 checkpoint: the kill a pre-empted node or `kill -9` does.
 """
@@ -44,8 +42,6 @@ import torch
 from transformers import TrainerCallback
 
 __all__ = ["StepProbe", "install", "main", "tensor_bytes"]
-
-KEYS_KEPT = 5  # of the keys a partial checkpoint load missed, in its record
 
 
 def tensor_bytes(tree: Any) -> int:
@@ -197,26 +193,10 @@ class StepProbe(TrainerCallback):
 
 
 def install(record: Path, kill_at: tuple[str, int] | None = None) -> None:
-    """Give every `VRLTrainer` built in this process a `StepProbe` writing to `record`, and record its
-    checkpoint loads in `record`.loads."""
+    """Give every `VRLTrainer` built in this process a `StepProbe` writing to `record`."""
     from hf_vrl.trainer import VRLTrainer
 
     init, training_step = VRLTrainer.__init__, VRLTrainer.training_step
-    after_load = VRLTrainer._issue_warnings_after_load
-
-    def recorded_load(self: VRLTrainer, load_result: Any) -> None:
-        ignored = set(getattr(self.model, "_keys_to_ignore_on_save", None) or ())
-        missing = sorted(set(load_result.missing_keys) - ignored)
-        unexpected = sorted(load_result.unexpected_keys)
-        line = {
-            "stage": os.path.basename(os.path.normpath(self.args.output_dir)),
-            "missing": len(missing),
-            "unexpected": len(unexpected),
-            "keys": (missing + unexpected)[:KEYS_KEPT],
-        }
-        with open(f"{record}.loads", "a") as out:
-            out.write(json.dumps(line) + "\n")
-        after_load(self, load_result)
 
     def probed_init(self: VRLTrainer, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
@@ -229,13 +209,11 @@ def install(record: Path, kill_at: tuple[str, int] | None = None) -> None:
 
     VRLTrainer.__init__ = probed_init
     VRLTrainer.training_step = probed_training_step
-    VRLTrainer._issue_warnings_after_load = recorded_load
 
 
-def read_records(record: Path, kind: str = "") -> list[dict[str, Any]]:
-    """The step lines of `record` and of its per-rank files, in the order they were written (`kind`
-    ".loads": the checkpoint loads)."""
-    name = re.compile(rf"{re.escape(record.name)}(\.rank\d+)?{re.escape(kind)}")
+def read_records(record: Path) -> list[dict[str, Any]]:
+    """The step lines of `record` and of its per-rank files, in the order they were written."""
+    name = re.compile(rf"{re.escape(record.name)}(\.rank\d+)?")
     files = sorted(path for path in record.parent.glob(f"{record.name}*") if name.fullmatch(path.name))
     return [json.loads(line) for path in files for line in path.read_text().splitlines()]
 
