@@ -12,6 +12,7 @@ from transformers import (
     ResNetConfig,
     ResNetForImageClassification,
     ViTConfig,
+    ViTForImageClassification,
     ViTModel,
 )
 
@@ -57,6 +58,19 @@ def test_from_a_vit_leaves_its_pooler_behind():
     with torch.no_grad():
         torch.testing.assert_close(model.get_image_features(x).pooler_output, vit(x).last_hidden_state[:, 0])
     assert not hasattr(model.backbone, "pooler") or model.backbone.pooler is None
+
+
+@pytest.mark.parametrize("checkpoint", [ViTForImageClassification, ViTModel])
+def test_from_a_vit_checkpoint_with_or_without_a_pooler(tmp_path, checkpoint):
+    """clue-vitb16's `google/vit-base-patch16-224` is a ViTForImageClassification, which has no pooler;
+    an in21k ViTModel has one. Both start CLUE, whose ViT has no pooler."""
+    torch.manual_seed(0)
+    saved = checkpoint(ViTConfig(**{k: v for k, v in TINY_VIT.items() if k != "model_type"}))
+    saved.save_pretrained(tmp_path / "vit")
+    model = build_model(tiny_settings(backbone=str(tmp_path / "vit"), backbone_config=None))
+    vit = saved.vit if checkpoint is ViTForImageClassification else saved
+    weights = vit.state_dict()
+    assert all(torch.equal(value, weights[key]) for key, value in model.backbone.state_dict().items())
 
 
 def test_continue_from_a_clue_checkpoint(tmp_path):

@@ -81,7 +81,12 @@ def _build(settings: CLUESettings, text_embed_dim: int | None) -> CLUEModel:
         raise UserError(
             f"model.backbone must be a ResNet or ViT checkpoint, {settings.backbone} is {config.model_type!r}"
         )
-    backbone = load_pretrained(AutoModel, settings.backbone, extra_allowed=True, dtype=torch.float32)
+    unused = (
+        {"add_pooling_layer": False} if config.model_type == "vit" else {}
+    )  # an image classifier has none
+    backbone = load_pretrained(
+        AutoModel, settings.backbone, extra_allowed=True, dtype=torch.float32, **unused
+    )
     return from_backbone(backbone, **kwargs)
 
 
