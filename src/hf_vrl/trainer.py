@@ -448,8 +448,16 @@ class VRLTrainer(Trainer):
             self._load_extra_state(checkpoint)
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
+        """The Trainer's; a checkpoint written on another process count (a resume the run's rules accept)
+        gives every process the state its process 0 saved, as every process of a run holds the same (all
+        start from the seed, and what a step draws is seeded apart: `_draw_seed`)."""
         with _damaged(checkpoint):
-            super()._load_rng_state(checkpoint)
+            first = _first_rng_file(checkpoint) if checkpoint is not None else None
+            own = f"rng_state_{self.args.process_index}.pth" if self.args.world_size > 1 else "rng_state.pth"
+            if first is None or os.path.isfile(os.path.join(checkpoint, own)):
+                return super()._load_rng_state(checkpoint)
+            logger.info("%s was written on another process count: each process takes %s", checkpoint, first)
+            _restore_rng(first)
 
     def _load_extra_state(self, checkpoint: str) -> None:
         if not self.extra_state():
@@ -555,6 +563,30 @@ def _damaged(checkpoint: str | None) -> Iterator[None]:
             f"{checkpoint} cannot be resumed ({type(error).__name__}: {reason}): delete it to resume from "
             "the checkpoint before it"
         ) from error
+
+
+def _first_rng_file(checkpoint: str) -> str | None:
+    """The RNG file of a checkpoint's process 0: rng_state.pth (one process) or rng_state_0.pth."""
+    paths = (os.path.join(checkpoint, name) for name in ("rng_state.pth", "rng_state_0.pth"))
+    return next((path for path in paths if os.path.isfile(path)), None)
+
+
+def _restore_rng(path: str) -> None:
+    """Set the random states a Trainer's RNG file holds (python, numpy, CPU, and this process's CUDA device
+    from one device's state or the list of every device's, of which the first is process 0's)."""
+    import random
+
+    import numpy as np
+    from transformers.trainer_pt_utils import safe_globals
+
+    with safe_globals():
+        state = torch.load(path, weights_only=True)
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.random.set_rng_state(state["cpu"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(cuda[0] if isinstance(cuda, (list, tuple)) else cuda)
 
 
 def _warm_up_from(start: float, warmup: int, factor: Callable[[int], float]) -> Callable[[int], float]:
