@@ -5,15 +5,17 @@ What a step's result depends on in its layout (`RunConfig.layout_identity`): the
 (`SeededSampler` deals the same samples to any process count with the same global batch), the samples one
 loss evaluation sees where that is less than the step, the micro-batch where a forward pass computes over it
 alone (BatchNorm, dropout), the process count where a process's part depends on it (streamed shards,
-SyncBatchNorm); every random draw of a step is a function of (seed, step, the micro-batch's place in it).
+BatchNorm's running statistics, SyncBatchNorm); every random draw of a step is a function of (seed, step,
+the micro-batch's place in it).
 
 Resumed runs are compared with the uninterrupted one to float32 rounding: on another process count the
 gradient is the same sum taken in another order (each process's part, then the all-reduce), a few units in
-the last place per step. With plain SGD that stays below 1e-6 over six steps (measured: 6e-8 resuming 1 -> 2
-processes, 8e-7 for 2 -> 1), while a resume that changes a step's samples moves the weights by 1e-2 (3e-2,
-measured before this rule, resuming on 2 processes a run whose global batch doubled with them). AdamW would
-turn the rounding noise of gradients that are zero in exact arithmetic (DiffCLIP's key biases) into updates
-of +-lr (tests/run/test_run_distributed.py).
+the last place per step. With plain SGD that stays near 1e-6 over six steps (measured on a 2-core CPU: 6e-8
+resuming 1 -> 2 processes, 8e-7 for 2 -> 1; the tolerance, 5e-6, leaves room for another CPU's summation
+order), while a resume that changes a step's samples moves the weights by 1e-2 (3e-2, measured before this
+rule, which resumed on 2 processes a run whose global batch doubled with them). AdamW would turn the
+rounding noise of gradients that are zero in exact arithmetic (DiffCLIP's key biases) into updates of +-lr
+(tests/run/test_run_distributed.py).
 """
 
 from __future__ import annotations
@@ -214,7 +216,7 @@ def assert_close_to(run: Path, full: Path) -> None:
     first, second = (load_file(folder / "final/model.safetensors") for folder in (full, run))
     assert first.keys() == second.keys()
     for key in first:  # float32 rounding of another summation order (module docstring)
-        torch.testing.assert_close(second[key], first[key], rtol=0, atol=1e-6, msg=key)
+        torch.testing.assert_close(second[key], first[key], rtol=0, atol=5e-6, msg=key)
 
 
 @pytest.fixture(scope="module")
