@@ -15,7 +15,14 @@ from torch import nn
 from transformers import TrainerCallback
 from transformers.models.clip.modeling_clip import CLIPAttention
 
-from hf_vrl.accumulation import concat_outputs, reseed, split_batch, whole_batch_backward
+from hf_vrl.accumulation import (
+    concat_outputs,
+    own_draws,
+    reseed,
+    rng_state,
+    split_batch,
+    whole_batch_backward,
+)
 from hf_vrl.trainer import ContrastiveTrainer, VRLTrainingArguments
 
 
@@ -125,32 +132,38 @@ def test_recomputation_replays_dropout_and_buffers_move_once_per_micro_batch():
     assert int(model.norm.num_batches_tracked) == 4
 
 
-def test_each_micro_batch_draws_from_its_own_seed_and_the_recomputation_replays_it():
+def test_each_micro_batch_draws_from_its_own_seed_and_the_recomputation_replays_it(device):
     """`seed(i)` before the i-th micro-batch's first pass: its dropout masks are those of its seed, whatever
-    the micro-batches before it drew, so a micro-batch draws the same on any process it lands on."""
-    cpu = torch.device("cpu")
-    x = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    model = Noisy().train()
-    by_hand = Noisy().train()
+    the micro-batches before it drew, so a micro-batch draws the same on any process it lands on; the run's
+    own stream is left where it was (`own_draws`)."""
+    x = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(device)
+    model = Noisy().to(device).train()
+    by_hand = Noisy().to(device).train()
     outputs = []
     for place, chunk in enumerate(x.chunk(4)):
-        reseed(100 + place, cpu)
+        reseed(100 + place, device)
         outputs.append(by_hand(chunk))
     coupled_loss({"y": torch.cat(outputs)})["loss"].backward()
-    torch.manual_seed(7)  # the run's stream: neither read nor advanced by the seeded draws
-    whole_batch_backward(
-        model,
-        split_batch({"x": x}, 4),
-        {"x": x},
-        embed=lambda m, chunk: {"y": m(chunk["x"])},
-        loss_targets=lambda m, chunk: {},
-        objective=lambda out, targets, batch: coupled_loss(out),
-        backward=torch.Tensor.backward,
-        no_sync=contextlib.nullcontext,
-        seed=lambda place: reseed(100 + place, cpu),
-    )
+    torch.manual_seed(7)
+    stream = rng_state(device)
+    with own_draws(device):
+        whole_batch_backward(
+            model,
+            split_batch({"x": x}, 4),
+            {"x": x},
+            embed=lambda m, chunk: {"y": m(chunk["x"])},
+            loss_targets=lambda m, chunk: {},
+            objective=lambda out, targets, batch: coupled_loss(out),
+            backward=torch.Tensor.backward,
+            no_sync=contextlib.nullcontext,
+            device=device,
+            seed=lambda place: reseed(100 + place, device),
+        )
     for (name, param), want in zip(model.named_parameters(), by_hand.parameters()):
         torch.testing.assert_close(param.grad, want.grad, rtol=1e-12, atol=1e-14, msg=name)
+    after = torch.rand(3, device=device)
+    stream.restore()
+    assert torch.equal(after, torch.rand(3, device=device))
 
 
 # -- CLIP's loss through the Trainer ---------------------------------------------------------------------
