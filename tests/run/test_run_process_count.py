@@ -109,6 +109,24 @@ def test_what_a_micro_batch_computes_alone_ties_the_run_to_its_micro_batch(tmp_p
     assert run.open(config(CLUERunConfig, "clue-tiny", **apart), resume="auto", launch=ONE)
 
 
+def test_dive_reads_the_dropout_of_its_pretrained_model(tmp_path):
+    """tiny-clip has none, so its micro-batch is memory only; a pre-trained model with attention dropout ties
+    the run to its micro-batch (on any process count that keeps it)."""
+    from transformers import CLIPConfig
+
+    from hf_vrl.methods.dive.method import DiVERunConfig
+
+    dive = {"optim.global_batch_size": 8, "optim.batch_size": 4}
+    run = recorded(tmp_path / "tiny", config(DiVERunConfig, "dive-tiny", **dive), ONE)
+    assert run.open(config(DiVERunConfig, "dive-tiny", **{**dive, "optim.batch_size": 2}), "auto", TWO)
+    CLIPConfig(vision_config={"attention_dropout": 0.1}).save_pretrained(tmp_path / "clip")
+    dropped = {**dive, "model.pretrained": str(tmp_path / "clip")}
+    run = recorded(tmp_path / "dropped", config(DiVERunConfig, "dive-tiny", **dropped), ONE)
+    message = refusal(run, config(DiVERunConfig, "dive-tiny", **{**dropped, "optim.batch_size": 2}), ONE)
+    assert "samples per micro-batch (vision_config.attention_dropout 0.1): 4 there, 2 now" in message
+    assert run.open(config(DiVERunConfig, "dive-tiny", **dropped), "auto", TWO)
+
+
 def test_dcr_keeps_its_grid_on_any_process_count_that_keeps_the_micro_batch(tmp_path):
     """Eq. 12's B^2 grid is one process's micro-batch: 16 on 1 process, 8 on 2 (the global 16 shared)."""
     grid = {"optim.global_batch_size": 6, "optim.batch_size": 3}

@@ -125,6 +125,7 @@ class DiVERunConfig(RunConfig):
         """The pre-trained model's dropout, read from its configuration (unknown: assumed)."""
         from transformers import AutoConfig
 
+        import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types with AutoConfig)
         from hf_vrl.evaluation import resolve_model_path
 
         model = self.model
@@ -246,6 +247,7 @@ class DiVEMethod(Method):
         """The pre-trained model's (the toy one is built from the same configuration)."""
         from transformers import AutoConfig
 
+        import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types with AutoConfig)
         from hf_vrl.evaluation import resolve_model_path
 
         model = self.config.model
