@@ -13,8 +13,16 @@ from safetensors.torch import load_file, save_file
 from test_trainer import PairDataset, collate, tiny_clip, training_args
 from torch import nn
 from transformers import TrainerCallback
+from transformers.models.clip.modeling_clip import CLIPAttention
 
-from hf_vrl.accumulation import concat_outputs, split_batch, whole_batch_backward
+from hf_vrl.accumulation import (
+    concat_outputs,
+    own_draws,
+    reseed,
+    rng_state,
+    split_batch,
+    whole_batch_backward,
+)
 from hf_vrl.trainer import ContrastiveTrainer, VRLTrainingArguments
 
 
@@ -124,13 +132,54 @@ def test_recomputation_replays_dropout_and_buffers_move_once_per_micro_batch():
     assert int(model.norm.num_batches_tracked) == 4
 
 
+def test_each_micro_batch_draws_from_its_own_seed_and_the_recomputation_replays_it(device):
+    """`seed(i)` before the i-th micro-batch's first pass: its dropout masks are those of its seed, whatever
+    the micro-batches before it drew, so a micro-batch draws the same on any process it lands on; the run's
+    own stream is left where it was (`own_draws`)."""
+    x = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(device)
+    model = Noisy().to(device).train()
+    by_hand = Noisy().to(device).train()
+    outputs = []
+    for place, chunk in enumerate(x.chunk(4)):
+        reseed(100 + place, device)
+        outputs.append(by_hand(chunk))
+    coupled_loss({"y": torch.cat(outputs)})["loss"].backward()
+    torch.manual_seed(7)
+    stream = rng_state(device)
+    with own_draws(device):
+        whole_batch_backward(
+            model,
+            split_batch({"x": x}, 4),
+            {"x": x},
+            embed=lambda m, chunk: {"y": m(chunk["x"])},
+            loss_targets=lambda m, chunk: {},
+            objective=lambda out, targets, batch: coupled_loss(out),
+            backward=torch.Tensor.backward,
+            no_sync=contextlib.nullcontext,
+            device=device,
+            seed=lambda place: reseed(100 + place, device),
+        )
+    for (name, param), want in zip(model.named_parameters(), by_hand.parameters()):
+        torch.testing.assert_close(param.grad, want.grad, rtol=1e-12, atol=1e-14, msg=name)
+    after = torch.rand(3, device=device)
+    stream.restore()
+    assert torch.equal(after, torch.rand(3, device=device))
+
+
 # -- CLIP's loss through the Trainer ---------------------------------------------------------------------
 
 
-def clip_trainer(out_dir, micro: int, steps: int = 1, accumulation: str = "micro_batch", **kwargs):
-    """ContrastiveTrainer on 8 pairs: micro-batches of `micro`, `steps` of them per optimiser step."""
+def clip_trainer(
+    out_dir, micro: int, steps: int = 1, accumulation: str = "micro_batch", dropout: float = 0.0, **kwargs
+):
+    """ContrastiveTrainer on 8 pairs: micro-batches of `micro`, `steps` of them per optimiser step (with
+    `dropout` on the attention probabilities)."""
+    model = tiny_clip().double()
+    for module in model.modules():
+        if isinstance(module, CLIPAttention):
+            module.dropout = dropout
     return ContrastiveTrainer(
-        model=tiny_clip().double(),
+        model=model,
         args=vrl_args(
             out_dir,
             per_device_train_batch_size=micro,
@@ -146,8 +195,8 @@ def clip_trainer(out_dir, micro: int, steps: int = 1, accumulation: str = "micro
     )
 
 
-def clip_step(out_dir, micro: int, steps: int = 1, accumulation: str = "micro_batch"):
-    return one_step(clip_trainer(out_dir, micro, steps, accumulation))
+def clip_step(out_dir, micro: int, steps: int = 1, accumulation: str = "micro_batch", dropout: float = 0.0):
+    return one_step(clip_trainer(out_dir, micro, steps, accumulation, dropout))
 
 
 def test_clip_loss_over_micro_batches_is_the_loss_of_the_whole_batch(tmp_path):
@@ -261,7 +310,7 @@ def test_whole_batch_over_many_micro_batches_has_the_gradient_of_the_step(tmp_pa
 # -- two processes ----------------------------------------------------------------------------------------
 
 
-def whole_batch_worker(rank: int, port: int, out_dir: str) -> None:
+def whole_batch_worker(rank: int, port: int, out_dir: str, dropout: float = 0.0) -> None:
     """One rank of 2: 4 pairs in 2 micro-batches, the CLIP loss over both processes' 8; rank 0 writes."""
     import os
 
@@ -271,7 +320,7 @@ def whole_batch_worker(rank: int, port: int, out_dir: str) -> None:
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
     )
     torch.set_num_threads(1)
-    loss, grads = clip_step(out_dir, 2, 2, "whole_batch")
+    loss, grads = clip_step(out_dir, 2, 2, "whole_batch", dropout)
     if rank == 0:
         save_file({**grads, "loss": torch.tensor(loss)}, os.path.join(out_dir, "grads.safetensors"))
     _shutdown()
@@ -284,4 +333,19 @@ def test_two_processes_with_micro_batches_equal_one_process_over_the_global_batc
     mp.spawn(whole_batch_worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
     two = load_file(str(tmp_path / "grads.safetensors"))
     assert two.pop("loss").item() == pytest.approx(loss, rel=1e-6)  # the log averages float32 per-rank losses
+    assert_same_gradients(two, grads, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_dropout_draws_the_same_masks_on_two_processes_as_on_one(tmp_path):
+    """Each micro-batch's masks come from (seed, step, its place among the step's micro-batches): process p
+    of 2 trains the step's micro-batches p and p + 2, drawing what 1 process draws for them (issue 27)."""
+    from _dist_worker import free_port
+
+    loss, grads = clip_step(tmp_path / "one", 2, 4, "whole_batch", dropout=0.3)
+    _, undropped = clip_step(tmp_path / "plain", 2, 4, "whole_batch")
+    assert relative_gap(grads, undropped) > 1e-2  # the masks matter
+    mp.spawn(whole_batch_worker, args=(free_port(), str(tmp_path), 0.3), nprocs=2, join=True)
+    two = load_file(str(tmp_path / "grads.safetensors"))
+    assert two.pop("loss").item() == pytest.approx(loss, rel=1e-6)
     assert_same_gradients(two, grads, rtol=1e-9, atol=1e-12)

@@ -40,7 +40,9 @@ from torch import Tensor, nn
 __all__ = [
     "JoinedBatch",
     "concat_outputs",
+    "own_draws",
     "preserved_buffers",
+    "reseed",
     "rng_state",
     "split_batch",
     "whole_batch_backward",
@@ -132,6 +134,26 @@ def rng_state(device: torch.device) -> _RNGState:
     return _RNGState(torch.device(device))
 
 
+def reseed(seed: int, device: torch.device) -> None:
+    """Seed the generators a forward pass on `device` draws from (the CPU's, and that device's)."""
+    device = torch.device(device)
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        index = torch.cuda.current_device() if device.index is None else device.index
+        torch.cuda.default_generators[index].manual_seed(seed)
+
+
+@contextlib.contextmanager
+def own_draws(device: torch.device) -> Iterator[None]:
+    """Leave the RNG state a forward pass on `device` draws from as it was before the block (what is drawn
+    inside, after `reseed`, neither consumes nor changes the run's random stream)."""
+    state = rng_state(device)
+    try:
+        yield
+    finally:
+        state.restore()
+
+
 @contextlib.contextmanager
 def preserved_buffers(model: nn.Module) -> Iterator[None]:
     """Leave the module buffers (BatchNorm running statistics, counters) as they were before the block."""
@@ -162,19 +184,23 @@ def whole_batch_backward(
     shared: Collection[str] = (),
     device: torch.device | str = "cpu",
     prepare: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda chunk: chunk,
+    seed: Callable[[int], None] | None = None,
 ) -> dict[str, Tensor]:
     """Back-propagate `objective` over all `chunks` at the memory of one (the module docstring's steps 1-3).
 
     `batch` is the whole batch (what `objective` reads besides the outputs, e.g. labels; a `JoinedBatch` of
     the chunks); `backward` runs a backward pass (the Trainer's ``accelerator.backward``: loss scaling,
     DeepSpeed); `no_sync` is the DDP context without gradient synchronisation, entered for every micro-batch
-    but the last; `prepare` moves a chunk to the device (once per pass over it). Returns the objective's
-    values, detached.
+    but the last; `prepare` moves a chunk to the device (once per pass over it); `seed(i)` seeds what the
+    i-th chunk draws (dropout's masks), before its first pass, which its recomputation replays. Returns the
+    objective's values, detached.
     """
     per_chunk_targets, states, cached = [], [], []
     with torch.no_grad():
-        for chunk in chunks:
+        for index, chunk in enumerate(chunks):
             chunk = prepare(chunk)
+            if seed is not None:
+                seed(index)
             per_chunk_targets.append(loss_targets(model, chunk))
             states.append(rng_state(device))
             with preserved_buffers(model):  # the recomputation updates them, once per micro-batch

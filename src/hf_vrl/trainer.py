@@ -33,7 +33,7 @@ from transformers import Trainer, TrainerCallback, TrainerState, TrainingArgumen
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
-from .accumulation import JoinedBatch, split_batch, whole_batch_backward
+from .accumulation import JoinedBatch, own_draws, reseed, split_batch, whole_batch_backward
 from .contrastive import clip_contrastive_loss
 
 __all__ = [
@@ -175,6 +175,7 @@ class VRLTrainer(Trainer):
         self.warmup_start_lr = warmup_start_lr
         self._step_micro_batches: list[dict[str, Any]] = []  # whole_batch: this step's micro-batches so far
         self._batch_samples: list[dict[str, Any]] = []  # the micro-batches of the step last read
+        self._micro_step = 0  # micro_batch accumulation: the micro-batch of the step trained next
         set_logging_dir(self, getattr(self.args, "logging_dir", None))
         if self.args.remove_unused_columns:
             logger.warning(
@@ -266,7 +267,11 @@ class VRLTrainer(Trainer):
         """The Trainer's step on one micro-batch; with whole-batch accumulation the micro-batches of an
         optimiser step are collected (on the host) and the last call runs GradCache over all of them."""
         if not self._whole_batch:
-            return super().training_step(model, self.step_inputs(inputs), num_items_in_batch)
+            index = self._micro_step
+            self._micro_step = (index + 1) % getattr(self, "current_gradient_accumulation_steps", 1)
+            with own_draws(self.args.device):
+                reseed(self._draw_seed(index), self.args.device)
+                return super().training_step(model, self.step_inputs(inputs), num_items_in_batch)
         self._step_micro_batches.append(inputs)
         if len(self._step_micro_batches) < self.current_gradient_accumulation_steps:
             return torch.zeros((), device=self.args.device)  # the step's loss comes with its last micro-batch
@@ -296,7 +301,8 @@ class VRLTrainer(Trainer):
         if callable(getattr(self.optimizer, "train", None)):  # schedule-free optimisers, as the Trainer
             self.optimizer.train()
         chunks = self.micro_batches(chunks)
-        with self.compute_loss_context_manager():
+        device = self.args.device
+        with self.compute_loss_context_manager(), own_draws(device):
             values = whole_batch_backward(
                 model,
                 chunks,
@@ -307,10 +313,21 @@ class VRLTrainer(Trainer):
                 backward=self.accelerator.backward,
                 no_sync=partial(self.accelerator.no_sync, model),
                 shared=self.shared_outputs,
-                device=self.args.device,
+                device=device,
                 prepare=self._prepare_inputs,
+                seed=lambda index: reseed(self._draw_seed(index), device),
             )
         return values["loss"]
+
+    def _draw_seed(self, index: int) -> int:
+        """The seed of what the `index`-th micro-batch this process trains in the current optimiser step draws
+        (dropout's masks, DCR's timesteps and noise, ...): a function of the run's seed, the step and the
+        micro-batch's place among the step's, so the same on any process count. accelerate hands process p
+        of N every N-th batch of the sampler, so its i-th micro-batch of a step is the step's (i N + p)-th."""
+        from hf_vrl.run.data import sample_seed
+
+        place = index * self.args.world_size + self.args.process_index
+        return sample_seed(self.args.seed, f"step {self.state.global_step}", f"micro-batch {place}")
 
     def micro_batches(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The micro-batches of a whole-batch step in the order they are embedded: each with its share of
@@ -431,8 +448,16 @@ class VRLTrainer(Trainer):
             self._load_extra_state(checkpoint)
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
+        """The Trainer's; a checkpoint written on another process count (a resume the run's rules accept)
+        gives every process the state its process 0 saved, as every process of a run holds the same (all
+        start from the seed, and what a step draws is seeded apart: `_draw_seed`)."""
         with _damaged(checkpoint):
-            super()._load_rng_state(checkpoint)
+            first = _first_rng_file(checkpoint) if checkpoint is not None else None
+            own = f"rng_state_{self.args.process_index}.pth" if self.args.world_size > 1 else "rng_state.pth"
+            if first is None or os.path.isfile(os.path.join(checkpoint, own)):
+                return super()._load_rng_state(checkpoint)
+            logger.info("%s was written on another process count: each process takes %s", checkpoint, first)
+            _restore_rng(first)
 
     def _load_extra_state(self, checkpoint: str) -> None:
         if not self.extra_state():
@@ -538,6 +563,30 @@ def _damaged(checkpoint: str | None) -> Iterator[None]:
             f"{checkpoint} cannot be resumed ({type(error).__name__}: {reason}): delete it to resume from "
             "the checkpoint before it"
         ) from error
+
+
+def _first_rng_file(checkpoint: str) -> str | None:
+    """The RNG file of a checkpoint's process 0: rng_state.pth (one process) or rng_state_0.pth."""
+    paths = (os.path.join(checkpoint, name) for name in ("rng_state.pth", "rng_state_0.pth"))
+    return next((path for path in paths if os.path.isfile(path)), None)
+
+
+def _restore_rng(path: str) -> None:
+    """Set the random states a Trainer's RNG file holds (python, numpy, CPU, and this process's CUDA device
+    from one device's state or the list of every device's, of which the first is process 0's)."""
+    import random
+
+    import numpy as np
+    from transformers.trainer_pt_utils import safe_globals
+
+    with safe_globals():
+        state = torch.load(path, weights_only=True)
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.random.set_rng_state(state["cpu"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(cuda[0] if isinstance(cuda, (list, tuple)) else cuda)
 
 
 def _warm_up_from(start: float, warmup: int, factor: Callable[[int], float]) -> Callable[[int], float]:

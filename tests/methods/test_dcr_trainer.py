@@ -117,3 +117,28 @@ def test_frozen_diffusion_untouched_and_metrics_logged(pipeline, data, tmp_path)
     assert {"loss", "sim_positive", "sim_target", "sim_negative", "contrastive_acc", "recon_mse"} <= set(
         logged
     )
+
+
+def test_each_micro_batch_draws_by_its_place_in_the_step(pipeline, data, tmp_path):
+    """A micro-batch's timesteps, noise, VAE samples and augmentations come from a seed of (run seed, step,
+    its place among the step's micro-batches), apart from the run's random stream, so they are the same on
+    any process count (tests/run/test_run_process_count.py trains on 1 and 2); the loss is DCRTask's Eq. 12
+    as before, on those draws."""
+    from hf_vrl.accumulation import own_draws, reseed
+    from hf_vrl.run.data import sample_seed
+
+    trainer, task = _trainer(pipeline, data, tmp_path, "projector")
+    trainer.state.global_step, trainer.current_gradient_accumulation_steps = 5, 2
+    batch = trainer.data_collator([data[i] for i in range(3)])
+    stream = torch.get_rng_state()
+    halves = [
+        trainer.training_step(trainer.model, dict(batch)) for _ in range(2)
+    ]  # one step, 2 micro-batches
+    assert torch.equal(torch.get_rng_state(), stream)
+    cpu = torch.device("cpu")
+    for place, half in enumerate(halves):
+        with own_draws(cpu), torch.no_grad():
+            reseed(sample_seed(0, "step 5", f"micro-batch {place}"), cpu)
+            loss = task(batch["pixel_values"], encoder=trainer.model)["loss"]
+        assert torch.equal(half * 2, loss)
+    assert not torch.equal(halves[0], halves[1])  # the same images, other draws

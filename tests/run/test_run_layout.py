@@ -139,7 +139,8 @@ def test_a_resume_may_change_what_only_takes_memory(tmp_path):
         plain.open(config(**{"optim.batch_size": 32}), resume="auto")
     micro = {"optim.accumulation": "micro_batch", "optim.global_batch_size": 64}
     exact = recorded(tmp_path / "micro", config(**micro))
-    with pytest.raises(UserError, match="optim.batch_size: 64 there, 32 now"):
+    seen = r"samples per loss evaluation \(a micro-batch of every process\): 64 there, 32 now"
+    with pytest.raises(UserError, match=seen):
         exact.open(config(**micro, **{"optim.batch_size": 32}), resume="auto")
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "RunConfig",
     "SHARED_SECTIONS",
     "at_least",
+    "dropouts",
     "in_range",
     "leaf_fields",
     "load_config_file",
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 PRESET_INFO_KEYS = ("method", "description", "notes")  # a preset's documentation, not settings
+LAUNCH = "launch"  # <run>/config.json's record of the launch that wrote it (processes, FSDP), not a setting
 SHARED_SECTIONS = ("data", "optim", "eval", "output")
 
 # -- declaring settings ------------------------------------------------------------------------------------
@@ -107,11 +109,6 @@ def _report_to_problem(value: Any) -> str | None:
     return None
 
 
-def _per_micro_batch(config: RunConfig) -> bool:
-    """Whether the loss is computed per micro-batch, so that the micro-batch defines the run."""
-    return config.optim.accumulation == "micro_batch"
-
-
 def _streamed_data(config: RunConfig) -> bool:
     """Whether the training data streams (its order then follows the loader workers' count)."""
     from hf_vrl.data.registry import is_streamed
@@ -155,19 +152,20 @@ class OptimConfig:
         "micro-batch: samples per process and forward pass (with whole_batch accumulation a memory setting "
         "only: the largest divisor of the process's share up to this)",
         check=at_least(1),
-        identity=_per_micro_batch,
+        identity=False,  # what it makes of a step is compared instead (RunConfig.layout_identity)
     )
     global_batch_size: int | None = setting(
         None,
         "samples per optimiser step over all processes (the paper's batch); the micro-batches per process "
         "follow from the process count",
         check=at_least(1),
+        identity=False,  # as batch_size
     )
     gradient_accumulation_steps: int | None = setting(
         None,
         "micro-batches per optimiser step (default 1, or from global_batch_size)",
         check=at_least(1),
-        identity=_per_micro_batch,
+        identity=False,  # as batch_size
     )
     accumulation: Literal["whole_batch", "micro_batch"] = setting(
         "whole_batch",
@@ -337,15 +335,74 @@ class RunConfig:
         """The configuration as the preset format (with `method` on top)."""
         return {"method": self.method, **dataclasses.asdict(self)}
 
-    def identity(self) -> dict[str, Any]:
-        """What defines the run (what resuming must not change): the fields that define it, flattened to
-        dotted names, and the samples of an optimiser step per process (`BatchPlan.per_process`: under
-        whole_batch accumulation the micro-batch is memory only, the batch it makes up is not)."""
+    # -- what a resume must not change ------------------------------------------------------------------
+
+    loss_gathers: ClassVar[bool] = True  # the loss sees every process's samples; False: each its own (DCR)
+
+    def identity(self, processes: int | None = None) -> dict[str, Any]:
+        """What defines the run (what resuming must not change) when it runs on `processes` processes
+        (default: this launch's): the settings that define it, flattened to dotted names, and what the
+        layout gives each part of a step (`layout_identity`)."""
         fields = {path: value for path, value, meta in _leaves(self) if _defines(meta, self)}
-        return {**fields, SAMPLES_PER_STEP: self.batch_plan(process_count()).per_process}
+        plan = self.batch_plan(process_count() if processes is None else processes)
+        return {**fields, **self.layout_identity(plan)}
+
+    def layout_identity(self, plan: BatchPlan) -> dict[str, Any]:
+        """What the result of a step depends on in the layout `plan`; everything else in it (process count,
+        micro-batches) changes only the float rounding of sums taken in another order.
+
+        * The samples of a step, over all processes: the same on any layout that keeps the global batch
+          (`SeededSampler`, and every draw keyed by the step and the micro-batch's place in it).
+        * The samples one evaluation of the loss sees, where that is not the whole step: a micro-batch
+          under micro_batch accumulation (with every process's under a gathered loss), a process's share
+          under a loss that stays within a process (DCR's grid).
+        * The micro-batch, where a forward pass computes over its micro-batch alone (`per_micro_batch`).
+        * The process count, where a process's part depends on it (`per_process`).
+        """
+        entries: dict[str, Any] = {SAMPLES_PER_STEP: plan.global_batch}
+        if plan.accumulation == "micro_batch" or not self.loss_gathers:
+            part = "a micro-batch" if plan.accumulation == "micro_batch" else "the share"
+            whose = "of every process" if self.loss_gathers else "of one process"
+            seen = plan.loss_batch if self.loss_gathers else plan.local_loss_batch
+            entries[f"samples per loss evaluation ({part} {whose})"] = seen
+        if reasons := self.per_micro_batch():
+            entries[f"samples per micro-batch ({'; '.join(reasons)})"] = plan.micro_batch
+        if reasons := self.per_process():
+            entries[f"processes ({'; '.join(reasons)})"] = plan.processes
+        return entries
+
+    def per_micro_batch(self) -> list[str]:
+        """Why a forward pass's result depends on its micro-batch beyond its samples (BatchNorm's statistics,
+        dropout's masks drawn per micro-batch), so that the micro-batch defines the run (extend)."""
+        return []
+
+    def per_process(self) -> list[str]:
+        """Why a process's part of a step depends on the process count, so that the count defines the run
+        (extend): streamed data, each process reading its own shards."""
+        if _streamed_data(self):
+            return ["streamed data: each process reads its own shards of --dataset"]
+        return []
 
 
-SAMPLES_PER_STEP = "samples per process and optimiser step"
+SAMPLES_PER_STEP = "samples per optimiser step"
+
+
+def dropouts(model_config: Any) -> list[str]:
+    """The dropout (and stochastic depth) settings above 0 of a transformers configuration or its mapping
+    (sub-configurations too), as `name p` strings: each draws its masks for a micro-batch at once."""
+    found = []
+
+    def walk(values: Mapping[Any, Any], prefix: str) -> None:
+        for key, value in values.items():
+            name = f"{prefix}{key}"  # keys need not be strings (id2label's)
+            if isinstance(value, Mapping):
+                walk(value, f"{name}.")
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                if "dropout" in str(key) or "drop_path" in str(key):
+                    found.append(f"{name} {value:g}")
+
+    walk(model_config.to_dict() if hasattr(model_config, "to_dict") else model_config, "")
+    return found
 
 
 def _defines(meta: Mapping[str, Any], config: RunConfig) -> bool:
@@ -550,6 +607,7 @@ def resolve(
     problem is collected and raised as one `UserError`."""
     preset = dict(preset or {})
     method = preset.pop("method", cls.method)
+    preset.pop(LAUNCH, None)
     for key in PRESET_INFO_KEYS:
         preset.pop(key, None)
     if method != cls.method:

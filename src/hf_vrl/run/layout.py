@@ -30,6 +30,7 @@ place, so a killed run never leaves a half-written result that a later run would
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from typing import Any
 from hf_vrl.errors import UserError, is_disk_full
 
 __all__ = [
+    "Launch",
     "RunDir",
     "RunLock",
     "atomic_dir",
@@ -389,18 +391,46 @@ class RunDir:
             return None
         return recorded if isinstance(recorded, dict) else None
 
-    def open(self, config: Any, resume: str | None) -> bool:
-        """Check the resume rules for `config`; returns whether this continues a recorded run.
+    def record_config(self, config: Any, launch: Launch) -> None:
+        """Write config.json: the configuration, and the launch that runs it (`Launch`, what a resume on
+        another launch is checked against)."""
+        from hf_vrl.run.config import LAUNCH
+
+        atomic_write_json(self.config_file, {**config.to_dict(), LAUNCH: dataclasses.asdict(launch)})
+
+    def recorded_launch(self) -> Launch | None:
+        """The launch of the recorded run (config.json's; for an earlier release's run, what its newest
+        checkpoint's files say: one RNG state per process, FSDP's model shards); None when unknown."""
+        from hf_vrl.run.config import LAUNCH
+
+        recorded = (self.recorded_config() or {}).get(LAUNCH)
+        if isinstance(recorded, dict):
+            with contextlib.suppress(TypeError):
+                return Launch(**recorded)
+        stages = self.root / "checkpoints"
+        for stage in sorted(stages.iterdir()) if stages.is_dir() else ():
+            for checkpoint in _checkpoints(stage):
+                ranks = len(list(checkpoint.glob("rng_state_*.pth")))
+                processes = ranks or int((checkpoint / "rng_state.pth").is_file())
+                if processes:
+                    return Launch(processes, (checkpoint / "pytorch_model_fsdp_0").is_dir())
+        return None
+
+    def open(self, config: Any, resume: str | None, launch: Launch | None = None) -> bool:
+        """Check the resume rules for `config` run by `launch` (default: this process's); returns whether
+        this continues a recorded run.
 
         Without `resume` the folder must not hold a run. With `resume="auto"` a folder without a run starts
-        fresh. Resuming compares the recorded configuration's identity (`RunConfig.identity`) with this one.
+        fresh. Resuming compares the recorded configuration's identity on its launch (`RunConfig.identity`)
+        with this one's on `launch`.
         """
+        launch = launch or Launch.current()
         self.check_writable()
         if not self.holds_run():
             if resume not in (None, "auto"):
                 raise UserError(f"--resume {resume}: {self.root} holds no run to resume")
             recorded = self.recorded_config() if resume == "auto" else None
-            return recorded is not None and self._same_run(config, recorded)
+            return recorded is not None and self._same_run(config, recorded, launch)
         if resume is None:
             raise UserError(
                 f"{self.root} already holds a run: continue it with --resume, or choose another --output-dir"
@@ -411,30 +441,69 @@ class RunDir:
                 f"{self.root} holds checkpoints but no config.json, so it cannot be checked against this "
                 "configuration: choose another --output-dir"
             )
-        self._check_same_run(config, recorded)
+        self._check_same_run(config, recorded, launch)
         return True
 
-    def _same_run(self, config: Any, recorded: dict[str, Any]) -> bool:
+    def _same_run(self, config: Any, recorded: dict[str, Any], launch: Launch | None = None) -> bool:
         try:
-            self._check_same_run(config, recorded)
+            self._check_same_run(config, recorded, launch or Launch.current())
         except UserError:
             return False
         return True
 
-    def _check_same_run(self, config: Any, recorded: dict[str, Any]) -> None:
-        from hf_vrl.run.config import resolve
+    def _check_same_run(self, config: Any, recorded: dict[str, Any], launch: Launch) -> None:
+        from hf_vrl.run.config import SAMPLES_PER_STEP, resolve
 
         if recorded.get("method") != config.method:
             raise UserError(
                 f"{self.root} holds a {recorded.get('method')!r} run, not a {config.method!r} one: "
                 "choose another --output-dir"
             )
-        before = resolve(type(config), recorded, source=str(self.config_file)).identity()
-        now = config.identity()
+        then = self.recorded_launch() or launch
+        before = resolve(type(config), recorded, source=str(self.config_file)).identity(then.processes)
+        now = config.identity(launch.processes)
+        before[SHARDED], now[SHARDED] = then.fsdp, launch.fsdp
         changed = [key for key in now if before.get(key) != now[key]]
-        if changed:
-            listing = "; ".join(f"{key}: {before.get(key)!r} there, {now[key]!r} now" for key in changed[:6])
+        if not changed:
+            return
+        listing = "; ".join(f"{key}: {before.get(key)!r} there, {now[key]!r} now" for key in changed[:6])
+        layout = set(config.layout_identity(config.batch_plan(launch.processes))) | {SHARDED}
+        if then == launch or not set(changed) <= layout:
             raise UserError(
                 f"{self.root} was started with other settings ({listing}). Resume with the same settings "
                 f"(--config {self.config_file}), or use another --output-dir"
             )
+        keep = (
+            f" (or give --global-batch-size {before[SAMPLES_PER_STEP]}, its step on any process count)"
+            if changed == [SAMPLES_PER_STEP]
+            else ""
+        )
+        raise UserError(
+            f"{self.root} ran on {then.describe()}, this launch is {launch.describe()}, which changes what "
+            f"defines the run ({listing}): resume it on {then.describe()}{keep}, or start a new run in "
+            "another --output-dir"
+        )
+
+
+SHARDED = "checkpoints sharded by FSDP"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a run is launched, as far as its result may depend on it: the process count and FSDP (whose
+    checkpoints hold each process's shard instead of the weights)."""
+
+    processes: int = 1
+    fsdp: bool = False
+
+    @classmethod
+    def current(cls) -> Launch:
+        """This process's launch (torchrun / accelerate set WORLD_SIZE; FSDP through accelerate launch)."""
+        from hf_vrl.run.batch import process_count
+        from hf_vrl.run.fsdp import fsdp_requested
+
+        return cls(process_count(), fsdp_requested())
+
+    def describe(self) -> str:
+        count = f"{self.processes} process{'es' * (self.processes != 1)}"
+        return f"{count} with FSDP" if self.fsdp else count

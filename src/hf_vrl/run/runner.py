@@ -31,6 +31,7 @@ from hf_vrl.run import fsdp, preflight
 from hf_vrl.run.config import RunConfig
 from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
 from hf_vrl.run.layout import (
+    Launch,
     RunDir,
     RunLock,
     atomic_dir,
@@ -471,14 +472,15 @@ def _lock(out: RunDir, state: Any) -> RunLock | None:
 
 def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: bool) -> dict[str, Any]:
     config, out, resume, method_class = run.config, run.dir, run.resume, type(method)
-    resumed = out.open(config, resume)  # every process checks before the main one writes
+    launch = Launch(run.world_size, sharded)
+    resumed = out.open(config, resume, launch)  # every process checks before the main one writes
     state.wait_for_everyone()
     if run.is_main:
         out.mark()
         if not resumed:  # a folder whose run never saved a step: taken over, its leftovers cleared
             out.clear_unstarted(config)
         out.sweep_temporaries()
-        atomic_write_json(out.config_file, config.to_dict())
+        out.record_config(config, launch)
         logger.info("%s run in %s%s", method_class.name, out.root, " (resumed)" if resumed else "")
         plan = run.batch_plan()
         logger.info("%s", plan.describe(config.loss_terms(plan)))

@@ -130,6 +130,19 @@ class CLUERunConfig(RunConfig):
         terms["BatchNorm statistics"] = batchnorm_sees(plan, self.clue.sync_batchnorm)
         return terms
 
+    def per_micro_batch(self) -> list[str]:
+        return [*super().per_micro_batch(), "BatchNorm normalises each micro-batch (the heads, a ResNet)"]
+
+    def per_process(self) -> list[str]:
+        """BatchNorm's running statistics: each process updates its own with its micro-batches and DDP keeps
+        process 0's (it broadcasts them before every forward pass), so they follow the process count; with
+        SyncBatchNorm its batch statistics too."""
+        running = ["BatchNorm's running statistics are process 0's under DDP"]
+        joined = (
+            ["SyncBatchNorm joins the processes' micro-batches on GPUs"] if self.clue.sync_batchnorm else []
+        )
+        return super().per_process() + running + joined
+
 
 _MODEL_FIELDS = set(CLUEModelFields.__dataclass_fields__)
 

@@ -177,6 +177,7 @@ class DCRRunConfig(RunConfig):
 
     method: ClassVar[str] = "dcr"
     preset: ClassVar[str] = "dcr-tiny"
+    loss_gathers: ClassVar[bool] = False  # Eq. 12's grid is one process's micro-batch, as the official code
 
     model: DCRModelConfig = field(default_factory=DCRModelConfig)
     optim: OptimConfig = field(

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from torch import nn
 
 from hf_vrl.run.batch import BatchPlan, contrastive_sees
-from hf_vrl.run.config import OptimConfig, RunConfig, in_range, setting
+from hf_vrl.run.config import OptimConfig, RunConfig, dropouts, in_range, setting
 from hf_vrl.run.runner import Method
 
 __all__ = ["DiffCLIPMethod", "DiffCLIPModelConfig", "DiffCLIPRunConfig", "DiffCLIPSettings"]
@@ -109,6 +109,9 @@ class DiffCLIPRunConfig(RunConfig):
 
     def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
         return {"CLIP loss": contrastive_sees(plan)}
+
+    def per_micro_batch(self) -> list[str]:
+        return super().per_micro_batch() + dropouts(self.model.architecture)
 
 
 class DiffCLIPMethod(Method):

@@ -34,7 +34,7 @@ from hf_vrl.data.processors import load_image_processor
 from hf_vrl.errors import UserError
 from hf_vrl.methods.dive.settings import DiVESettings
 from hf_vrl.run.batch import BatchPlan, contrastive_sees, process_count
-from hf_vrl.run.config import OptimConfig, RunConfig, at_least, setting
+from hf_vrl.run.config import OptimConfig, RunConfig, at_least, dropouts, setting
 from hf_vrl.run.layout import atomic_dir
 from hf_vrl.run.runner import Method
 
@@ -120,6 +120,22 @@ class DiVERunConfig(RunConfig):
                     f"a multiple of processes x micro-batches ({chunks})"
                 )
         return problems
+
+    def per_micro_batch(self) -> list[str]:
+        """The pre-trained model's dropout, read from its configuration (unknown: assumed)."""
+        from transformers import AutoConfig
+
+        import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types with AutoConfig)
+        from hf_vrl.evaluation import resolve_model_path
+
+        model = self.model
+        try:
+            config = AutoConfig.from_pretrained(
+                resolve_model_path(model.pretrained), trust_remote_code=model.trust_remote_code
+            )
+        except (OSError, ValueError):
+            return [*super().per_micro_batch(), f"the dropout of {model.pretrained}, whose config is unread"]
+        return super().per_micro_batch() + dropouts(config)
 
     def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
         if self.dive.trains_head:
@@ -231,6 +247,7 @@ class DiVEMethod(Method):
         """The pre-trained model's (the toy one is built from the same configuration)."""
         from transformers import AutoConfig
 
+        import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types with AutoConfig)
         from hf_vrl.evaluation import resolve_model_path
 
         model = self.config.model
