@@ -13,7 +13,6 @@ import pytest
 
 from hf_vrl.cli import main
 from hf_vrl.run.batch import BatchPlan
-from hf_vrl.run.config import SAMPLES_PER_STEP
 from hf_vrl.run.dry_run import (
     DryRunOptions,
     Measured,
@@ -107,11 +106,17 @@ def test_a_dry_run_trains_the_preset_with_real_size_models_generated_data_and_a_
         plan = dry.batch_plan(1)
         assert (plan.micro_batch, plan.global_batch, dry.optim.max_steps) == (2, 4, 2)
         assert dry.batch_plan(2).accumulation_steps == 1
-        changed = {key for key, value in dry.identity().items() if config.identity().get(key) != value}
+        layout = {
+            *dry.layout_identity(plan),
+            *config.layout_identity(config.batch_plan(1)),
+        }  # the batch, above
+        changed = {
+            key for key, value in dry.identity().items() if config.identity().get(key) != value
+        } - layout
         allowed = {
             "data.dataset", "data.split", "data.train_limit", "optim.batch_size", "optim.global_batch_size",
             "optim.max_steps", "dcr.stage1_steps", "dive.reference_dataset", "dive.reference_batch_size",
-            "dive.ood_datasets", "model.text_source", SAMPLES_PER_STEP, *models,
+            "dive.ood_datasets", "model.text_source", *models,
         }  # fmt: skip
         assert changed <= allowed, (preset, changed - allowed)  # precision, optimiser, method settings kept
     dcr = dry_run_config(preset_config("dcr-openai-l14-224")[1], options)
