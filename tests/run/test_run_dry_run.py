@@ -203,6 +203,7 @@ def test_what_ran_is_checked_against_what_print_config_shows(tmp_path):
     """A run's config.json and logged batch layout must be --print-config's for its command line: a run whose
     configuration differs in one setting, or whose log shows another layout, does not match."""
     from hf_vrl.run.dry_run import _Runner, _write_config
+    from hf_vrl.run.layout import Launch, RunDir
     from hf_vrl.run.parser import parse_run_args
 
     method_class, config = preset_config("diffclip-tiny")
@@ -218,9 +219,11 @@ def test_what_ran_is_checked_against_what_print_config_shows(tmp_path):
     (logs / "one-process.log").write_text(
         "diffclip run in ...\n" + plan.describe(dry.loss_terms(plan)) + "\n"
     )
-    ran = shown.config.to_dict()
+    RunDir(run).record_config(shown.config, Launch(1))  # as the run writes it
+    ran = json.loads((run / "config.json").read_text())
     runner = _Runner(method_class, tmp_path, {})
-    for changed, expected in ((ran, True), (ran | {"seed": 1}, False)):
+    launched_on_two = ran | {"launch": {"processes": 2, "fsdp": False}}
+    for changed, expected in ((ran, True), (ran | {"seed": 1}, False), (launched_on_two, False)):
         (run / "config.json").write_text(json.dumps(changed))
         assert runner.matches_print_config("one-process", config_file, 1) is expected
     (run / "config.json").write_text(json.dumps(ran))

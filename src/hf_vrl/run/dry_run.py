@@ -215,15 +215,19 @@ class _Runner:
         return read_records(self.out / "logs" / f"{name}.steps.jsonl")
 
     def matches_print_config(self, name: str, config_file: Path, processes: int) -> bool:
-        """Whether run `name`'s config.json and logged batch layout are what `--print-config` shows for its
-        command line on `processes` processes."""
+        """Whether run `name`'s config.json (its configuration and launch) and logged batch layout are what
+        `--print-config` shows for its command line on `processes` processes."""
+        from hf_vrl.run.config import LAUNCH
+        from hf_vrl.run.layout import Launch
         from hf_vrl.run.parser import parse_run_args
 
         run_dir = self.out / name
         argv = ["--config", str(config_file), "--output-dir", str(run_dir)]
         shown = parse_run_args(self.method_class.config_class, argv, self.method_class.aliases).config
         ran = run_dir / "config.json"
-        if not ran.is_file() or json.loads(ran.read_text()) != json.loads(json.dumps(shown.to_dict())):
+        recorded = json.loads(ran.read_text()) if ran.is_file() else {}
+        launch = recorded.pop(LAUNCH, None)
+        if launch != asdict(Launch(processes)) or recorded != json.loads(json.dumps(shown.to_dict())):
             return False
         plan = shown.batch_plan(processes)
         return plan.describe(shown.loss_terms(plan)) in (self.out / "logs" / f"{name}.log").read_text()
