@@ -246,6 +246,19 @@ def test_a_dry_run_refuses_a_folder_it_did_not_make_a_resume_and_a_launcher(tmp_
 # -- end to end: the cheapest paper presets at their real size -----------------------------------------------
 
 
+def test_the_load_back_takes_final_and_every_export(tmp_path):
+    """DCR writes exports/vision-tower and exports/dcr-model beside final/, outside the report's outputs."""
+    from hf_vrl.run.dry_run import _saved_folders
+
+    for folder in ("final", "exports/dcr-model", "exports/vision-tower"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "config.json").write_text("{}")
+    (tmp_path / "exports" / "figures").mkdir()  # no model
+    (tmp_path / "report.json").write_text(json.dumps({"outputs": {"final": str(tmp_path / "final")}}))
+    found = [path.relative_to(tmp_path).as_posix() for path in _saved_folders(tmp_path)]
+    assert found == ["final", "exports/dcr-model", "exports/vision-tower"]
+
+
 @pytest.mark.slow
 def test_the_cheapest_paper_preset_dry_runs_at_its_real_size(tmp_path):
     """clue-r50, the cheapest paper preset by the dry runs' wall time (benchmarks/results/dry_runs.json: about

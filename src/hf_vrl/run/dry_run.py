@@ -357,9 +357,12 @@ def _load_back(folders: list[Path], out: Path, env: dict[str, str]) -> dict[str,
 
 
 def _saved_folders(run_dir: Path) -> list[Path]:
-    """The model folders a finished run wrote (final/ and the exports)."""
-    report = json.loads((run_dir / "report.json").read_text())
-    paths = [Path(path) for path in report.get("outputs", {}).values()]
+    """The model folders a finished run wrote: final/ and every export (DCR writes its exports with final/,
+    so the report's outputs do not list them)."""
+    from hf_vrl.run.layout import RunDir
+
+    run = RunDir(run_dir)
+    paths = [run.final, *sorted(run.exports.iterdir())] if run.exports.is_dir() else [run.final]
     return [path for path in paths if (path / "config.json").is_file()]
 
 
