@@ -5,6 +5,7 @@ same masks in the recomputation; BatchNorm buffers move once per micro-batch."""
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 import torch
@@ -107,15 +108,9 @@ def coupled_loss(out):
     return {"loss": torch.logsumexp(out["y"].sum(dim=1), dim=0)}
 
 
-def test_recomputation_replays_dropout_and_buffers_move_once_per_micro_batch():
-    x = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    model = Noisy().train()
-    by_hand = Noisy().train()
-    torch.manual_seed(7)  # by hand: the micro-batches one after another, with gradient, one backward
-    outputs = [by_hand(chunk) for chunk in x.chunk(4)]
-    coupled_loss({"y": torch.cat(outputs)})["loss"].backward()
-    torch.manual_seed(7)
-    values = whole_batch_backward(
+def _four_micro_batches(model: nn.Module, x: torch.Tensor, **kwargs: Any) -> dict[str, torch.Tensor]:
+    """`whole_batch_backward` of `coupled_loss` over `x` in 4 micro-batches."""
+    return whole_batch_backward(
         model,
         split_batch({"x": x}, 4),
         {"x": x},
@@ -124,7 +119,19 @@ def test_recomputation_replays_dropout_and_buffers_move_once_per_micro_batch():
         objective=lambda out, targets, batch: coupled_loss(out),
         backward=torch.Tensor.backward,
         no_sync=contextlib.nullcontext,
+        **kwargs,
     )
+
+
+def test_recomputation_replays_dropout_and_buffers_move_once_per_micro_batch():
+    x = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    model = Noisy().train()
+    by_hand = Noisy().train()
+    torch.manual_seed(7)  # by hand: the micro-batches one after another, with gradient, one backward
+    outputs = [by_hand(chunk) for chunk in x.chunk(4)]
+    coupled_loss({"y": torch.cat(outputs)})["loss"].backward()
+    torch.manual_seed(7)
+    values = _four_micro_batches(model, x)
     torch.testing.assert_close(values["loss"], coupled_loss({"y": torch.cat(outputs)})["loss"].detach())
     for (name, param), want in zip(model.named_parameters(), by_hand.parameters()):
         torch.testing.assert_close(param.grad, want.grad, rtol=1e-12, atol=1e-14, msg=name)
@@ -147,18 +154,7 @@ def test_each_micro_batch_draws_from_its_own_seed_and_the_recomputation_replays_
     torch.manual_seed(7)
     stream = rng_state(device)
     with own_draws(device):
-        whole_batch_backward(
-            model,
-            split_batch({"x": x}, 4),
-            {"x": x},
-            embed=lambda m, chunk: {"y": m(chunk["x"])},
-            loss_targets=lambda m, chunk: {},
-            objective=lambda out, targets, batch: coupled_loss(out),
-            backward=torch.Tensor.backward,
-            no_sync=contextlib.nullcontext,
-            device=device,
-            seed=lambda place: reseed(100 + place, device),
-        )
+        _four_micro_batches(model, x, device=device, seed=lambda place: reseed(100 + place, device))
     for (name, param), want in zip(model.named_parameters(), by_hand.parameters()):
         torch.testing.assert_close(param.grad, want.grad, rtol=1e-12, atol=1e-14, msg=name)
     after = torch.rand(3, device=device)
