@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
@@ -115,21 +116,26 @@ def _model_merges(tokenizer: Tokenizer) -> list[list[str]]:
     return [m.split(" ") if isinstance(m, str) else m for m in merges]
 
 
-def build_toy_tokenizer(out_dir: str | os.PathLike = TOY_TOKENIZER_DIR, vocab_size: int = TRAINER_VOCAB_SIZE):
-    """Train the toy tokenizer, save it into `out_dir` (tokenizer.json, tokenizer_config.json, ...) and
-    return it as a transformers `CLIPTokenizer`."""
+def clip_tokenizer(vocab: dict[str, int], merges: list, pad_token: str = PAD) -> Any:
+    """A transformers `CLIPTokenizer` of `vocab` and `merges` with CLIP's special tokens and length."""
     from transformers import CLIPTokenizer
 
-    vocab, merges = train_bpe(toy_corpus(), vocab_size)
-    tokenizer = CLIPTokenizer(
+    return CLIPTokenizer(
         vocab=vocab,
         merges=merges,
         unk_token=EOS,
         bos_token=BOS,
         eos_token=EOS,
-        pad_token=PAD,
+        pad_token=pad_token,
         model_max_length=MODEL_MAX_LENGTH,
     )
+
+
+def build_toy_tokenizer(out_dir: str | os.PathLike = TOY_TOKENIZER_DIR, vocab_size: int = TRAINER_VOCAB_SIZE):
+    """Train the toy tokenizer, save it into `out_dir` (tokenizer.json, tokenizer_config.json, ...) and
+    return it as a transformers `CLIPTokenizer`."""
+    vocab, merges = train_bpe(toy_corpus(), vocab_size)
+    tokenizer = clip_tokenizer(vocab, merges)
     tokenizer.save_pretrained(os.fspath(out_dir))
     return tokenizer
 

@@ -123,14 +123,12 @@ def clip_format_tokenizer(out_dir: str | os.PathLike, pad_token: str = "<|endoft
     CLIP's text model pools) with CLIP's vocabulary size, saved into `out_dir` with vocab.json and merges.txt
     as the Hub repositories hold them. Its merges are the toy tokenizer's (`hf_vrl.data.tokenizer`); the ids
     between them and the special tokens are placeholders no text produces."""
-    from transformers import CLIPTokenizer
-
     from hf_vrl.data.tokenizer import (
         BOS,
         END_OF_WORD,
         EOS,
-        MODEL_MAX_LENGTH,
         _byte_alphabet,
+        clip_tokenizer,
         toy_corpus,
         train_bpe,
     )
@@ -143,15 +141,7 @@ def clip_format_tokenizer(out_dir: str | os.PathLike, pad_token: str = "<|endoft
     for index in range(len(vocab), CLIP_VOCAB_SIZE - 2):
         vocab[f"<|unused{index}|>"] = index
     vocab[BOS], vocab[EOS] = CLIP_VOCAB_SIZE - 2, CLIP_VOCAB_SIZE - 1
-    tokenizer = CLIPTokenizer(
-        vocab=vocab,
-        merges=merges,
-        unk_token=EOS,
-        bos_token=BOS,
-        eos_token=EOS,
-        pad_token=pad_token,
-        model_max_length=MODEL_MAX_LENGTH,
-    )
+    tokenizer = clip_tokenizer(vocab, merges, pad_token)
     out = Path(out_dir)
     tokenizer.save_pretrained(os.fspath(out))
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False) + "\n")
