@@ -175,7 +175,7 @@ def test_a_run_of_an_earlier_release_tells_its_process_count_by_its_random_state
     run.config_file.write_text(json.dumps(recorded_config))
     for rank in (0, 1):
         (run.checkpoints("train") / "checkpoint-2" / f"rng_state_{rank}.pth").write_bytes(b"")
-    assert run.recorded_launch() == TWO
+    assert run.recorded_launch(recorded_config) == TWO
     assert "samples per optimiser step: 8 there, 4 now" in refusal(
         run, config(**{"optim.batch_size": 4}), ONE
     )

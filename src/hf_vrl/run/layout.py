@@ -398,12 +398,13 @@ class RunDir:
 
         atomic_write_json(self.config_file, {**config.to_dict(), LAUNCH: dataclasses.asdict(launch)})
 
-    def recorded_launch(self) -> Launch | None:
-        """The launch of the recorded run (config.json's; for an earlier release's run, what its newest
-        checkpoint's files say: one RNG state per process, FSDP's model shards); None when unknown."""
+    def recorded_launch(self, recorded_config: dict[str, Any]) -> Launch | None:
+        """The launch of the recorded run (`recorded_config`'s, as config.json holds it; for an earlier
+        release's run, what its newest checkpoint's files say: one RNG state per process, FSDP's model
+        shards); None when unknown."""
         from hf_vrl.run.config import LAUNCH
 
-        recorded = (self.recorded_config() or {}).get(LAUNCH)
+        recorded = recorded_config.get(LAUNCH)
         if isinstance(recorded, dict):
             with contextlib.suppress(TypeError):
                 return Launch(**recorded)
@@ -459,7 +460,7 @@ class RunDir:
                 f"{self.root} holds a {recorded.get('method')!r} run, not a {config.method!r} one: "
                 "choose another --output-dir"
             )
-        then = self.recorded_launch() or launch
+        then = self.recorded_launch(recorded) or launch
         before = resolve(type(config), recorded, source=str(self.config_file)).identity(then.processes)
         now = config.identity(launch.processes)
         before[SHARDED], now[SHARDED] = then.fsdp, launch.fsdp
