@@ -81,9 +81,8 @@ def _build(settings: CLUESettings, text_embed_dim: int | None) -> CLUEModel:
         raise UserError(
             f"model.backbone must be a ResNet or ViT checkpoint, {settings.backbone} is {config.model_type!r}"
         )
-    unused = (
-        {"add_pooling_layer": False} if config.model_type == "vit" else {}
-    )  # an image classifier has none
+    # CLUE's ViT has no pooler, and a ViT image classifier's checkpoint (google/vit-base-patch16-224) none
+    unused = {"add_pooling_layer": False} if config.model_type == "vit" else {}
     backbone = load_pretrained(
         AutoModel, settings.backbone, extra_allowed=True, dtype=torch.float32, **unused
     )

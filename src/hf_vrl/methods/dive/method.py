@@ -68,6 +68,17 @@ class DiVEModelConfig:
         check=at_least(1),
     )
 
+    def pretrained_config(self) -> Any:
+        """The configuration of `pretrained` (hf_vrl's model types registered with AutoConfig)."""
+        from transformers import AutoConfig
+
+        import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types with AutoConfig)
+        from hf_vrl.evaluation import resolve_model_path
+
+        return AutoConfig.from_pretrained(
+            resolve_model_path(self.pretrained), trust_remote_code=self.trust_remote_code
+        )
+
 
 @dataclass
 class DiVERunConfig(RunConfig):
@@ -123,18 +134,13 @@ class DiVERunConfig(RunConfig):
 
     def per_micro_batch(self) -> list[str]:
         """The pre-trained model's dropout, read from its configuration (unknown: assumed)."""
-        from transformers import AutoConfig
-
-        import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types with AutoConfig)
-        from hf_vrl.evaluation import resolve_model_path
-
-        model = self.model
         try:
-            config = AutoConfig.from_pretrained(
-                resolve_model_path(model.pretrained), trust_remote_code=model.trust_remote_code
-            )
+            config = self.model.pretrained_config()
         except (OSError, ValueError):
-            return [*super().per_micro_batch(), f"the dropout of {model.pretrained}, whose config is unread"]
+            return [
+                *super().per_micro_batch(),
+                f"the dropout of {self.model.pretrained}, whose config is unread",
+            ]
         return super().per_micro_batch() + dropouts(config)
 
     def loss_terms(self, plan: BatchPlan) -> dict[str, str]:
@@ -245,16 +251,7 @@ class DiVEMethod(Method):
 
     def image_size(self) -> int:
         """The pre-trained model's (the toy one is built from the same configuration)."""
-        from transformers import AutoConfig
-
-        import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types with AutoConfig)
-        from hf_vrl.evaluation import resolve_model_path
-
-        model = self.config.model
-        config = AutoConfig.from_pretrained(
-            resolve_model_path(model.pretrained), trust_remote_code=model.trust_remote_code
-        )
-        return config.vision_config.image_size
+        return self.config.model.pretrained_config().vision_config.image_size
 
     def _target(self) -> tuple[Any, Any]:
         """(training rows wrapped by the run, the held-out ID validation rows or None); refuses classes the
