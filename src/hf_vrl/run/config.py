@@ -335,6 +335,10 @@ class RunConfig:
         """The configuration as the preset format (with `method` on top)."""
         return {"method": self.method, **dataclasses.asdict(self)}
 
+    def flat_settings(self) -> dict[str, Any]:
+        """{dotted name: value} of every setting (`optim.batch_size`, ...)."""
+        return {path: value for path, value, _ in _leaves(self)}
+
     # -- what a resume must not change ------------------------------------------------------------------
 
     loss_gathers: ClassVar[bool] = True  # the loss sees every process's samples; False: each its own (DCR)

@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -104,15 +104,6 @@ def preset_config(preset: str, overrides: Mapping[str, Any] | None = None) -> tu
     return method_class, resolve(method_class.config_class, values, overrides, source=preset)
 
 
-def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            yield from _leaves(value, path + ".")
-        else:
-            yield path, value
-
-
 def paper_presets() -> list[str]:
     """Every preset in hub_configs/ but the tiny ones, the one with the fewest real-size parameters first."""
     from hf_vrl.presets import list_presets
@@ -132,7 +123,9 @@ def real_models(config: RunConfig) -> dict[str, str]:
 
     known = catalogue()
     return {
-        path: value for path, value in _leaves(config.to_dict()) if isinstance(value, str) and value in known
+        path: value
+        for path, value in config.flat_settings().items()
+        if isinstance(value, str) and value in known
     }
 
 
@@ -165,7 +158,7 @@ def dry_run_config(config: RunConfig, options: DryRunOptions, micro_batch: int |
         overrides |= {"optim.gradient_accumulation_steps": None}
         if config.method == "dive":
             overrides["dive.reference_batch_size"] = None  # B' = B, as the paper
-    flat = dict(_leaves(config.to_dict()))
+    flat = config.flat_settings()
     overrides |= {path: options.steps for path in STAGE_BUDGETS if flat.get(path) is not None}
     return resolve(type(config), config.to_dict(), overrides, source="the dry run's configuration")
 
