@@ -296,12 +296,13 @@ def imagenet_classes(
     dataset_name: str | None, labels: np.ndarray | None, names: list[str] | None
 ) -> tuple[np.ndarray | None, list[str] | None, str, list[tuple[int, ...]] | None]:
     """(labels, class names, their source, projection) for zero-shot: OpenAI's curated names for
-    ImageNet-family sets (`hf_vrl.data.prompts.openai_class_names`); ImageNet-R / -A labelled in ImageNet's
+    ImageNet-family sets (`hf_vrl.data.benchmarks.openai_class_names`); ImageNet-R / -A labelled in ImageNet's
     1000 classes scored on their 200-class subset (labels renumbered); ObjectNet (class folders) scored on
     its 113 folders that map to ImageNet classes, each with the maximum logit of its ImageNet classes
     (`projection`; labels renumbered in sorted folder order, -1 for the other folders, not scored):
     WiSE-FT / FLYP's protocol. Otherwise the dataset's own."""
     from hf_vrl.data import prompts
+    from hf_vrl.data.benchmarks import openai_class_names
     from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS, OBJECTNET_FOLDER_TO_IMAGENET
 
     member = prompts.imagenet_family(dataset_name)
@@ -323,7 +324,7 @@ def imagenet_classes(
             if (labels < 0).any():
                 raise UserError(f"{dataset_name}: labels outside the 200 classes {member} is scored on")
         return labels, prompts.imagenet_class_names(member), f"openai:{member}", None
-    openai = prompts.openai_class_names(dataset_name, names)
+    openai = openai_class_names(dataset_name, names)
     benchmark = _benchmark_names_source(dataset_name, names)
     if openai is None:
         return labels, names, benchmark or "dataset", None

@@ -106,7 +106,7 @@ def parse_labelled(specs: Sequence[str] | None, what: str) -> dict[str, str]:
 def data_help(keys: Sequence[str], lead: str | None = None, only: Sequence[str] | None = None) -> str:
     """The --help paragraph on data: where each benchmark of `keys` goes (`lead`, default: a folder per key
     under --data-root, or --source) and the layouts it is read from (those in `only`, where given)."""
-    from hf_vrl.data.benchmarks import layouts_help
+    from hf_vrl.data.layouts import layouts_help
 
     lead = lead or (
         "--data-root DIR holds one folder per benchmark, named by its key (or --source KEY=PATH|hf:<id>"

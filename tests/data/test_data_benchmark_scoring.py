@@ -139,7 +139,7 @@ def test_transfer_sets_are_prompted_with_openais_names(tiny_clip, tmp_path):
 def test_iwildcam_is_prompted_as_flyp_does(tiny_clip, tmp_path):
     """Labelled by WILDS' scientific names (FLYP's English ones repeat), prompted with FLYP's English names
     and templates."""
-    from hf_vrl.data.prompts import openai_class_names
+    from hf_vrl.data.benchmarks import openai_class_names
 
     root = tmp_path / "iwildcam_v2.0"
     root.mkdir()

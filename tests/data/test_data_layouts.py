@@ -15,8 +15,8 @@ from data_fixtures import image_file, row_class_names, write_plain_shard
 from PIL import Image
 from scipy.io import savemat
 
-from hf_vrl.data.benchmarks import BENCHMARKS, Split, benchmark_of, check_counts, layouts_help
-from hf_vrl.data.layouts import load_benchmark
+from hf_vrl.data.benchmarks import BENCHMARKS, Split, benchmark_of, check_counts
+from hf_vrl.data.layouts import layouts_help, load_benchmark
 from hf_vrl.data.registry import check_dataset_name, load_dataset_by_name
 from hf_vrl.data.schema import validate_row
 from hf_vrl.errors import UserError

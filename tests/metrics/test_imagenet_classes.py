@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from hf_vrl import evaluation
-from hf_vrl.data import prompts
+from hf_vrl.data import benchmarks, prompts
 from hf_vrl.data.imagenet_classes import (
     IMAGENET_A_WNIDS,
     IMAGENET_CLASSNAMES,
@@ -45,7 +45,7 @@ def test_family_names_and_defaults():
     assert len(prompts.imagenet_class_names("imagenet-sketch")) == 1000
     for name in ("imagenet", "imagenet-v2", "imagenet-sketch", "imagenet-r", "imagenet-a", "objectnet"):
         assert prompts.zero_shot_templates(name) == list(prompts.IMAGENET_TEMPLATES)
-    openai = prompts.openai_class_names
+    openai = benchmarks.openai_class_names
     assert openai("imagenet-v2", [str(i) for i in (0, 1, 10)]) == ["tench", "goldfish", "brambling"]
     assert openai("imagefolder:/x", ["n01443537", "n01440764"]) == ["goldfish", "tench"]  # wnid folders
     assert openai("imagenet-a", [f"c{i}" for i in range(200)]) == prompts.imagenet_class_names("imagenet-a")

@@ -13,13 +13,14 @@ set, clip_benchmark's reading), and a split left to the user has its class count
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hf_vrl.errors import UserError
 
-from .prompts import _named_in, _normalise, imagenet_class_names, imagenet_class_wnids
+from .imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
+from .prompts import _named_in, _normalise, imagenet_class_names, imagenet_class_wnids, imagenet_family
 from .transfer_classes import FMOW_CATEGORIES, IWILDCAM_CLASSNAMES, IWILDCAM_LABELS, OPENAI_CLASSNAMES
 
 __all__ = [
@@ -28,8 +29,8 @@ __all__ = [
     "Counts",
     "Split",
     "benchmark_of",
+    "openai_class_names",
     "check_counts",
-    "layouts_help",
 ]
 
 
@@ -461,6 +462,35 @@ def benchmark_of(name: str | None) -> Benchmark | None:
     return BENCHMARKS.get(key) if key else None
 
 
+def openai_class_names(dataset_name: str | None, names: list[str] | None) -> list[str] | None:
+    """The names prompts use for a dataset's labels `names` (OpenAI's curated ImageNet names, or those a
+    benchmark of `hf_vrl.data.benchmarks` prompts with), or None to keep `names`.
+
+    The default of every ImageNet-family set (`imagenet_family`) and of any set whose classes are ImageNet
+    WordNet ids (image folders of ImageNet, -Sketch, -R, -A): wnids map to their names; 1000 labels (or 200
+    for ImageNet-R / -A) in the standard order, or ImageNet-V2's folders "0".."999", map by position. A
+    benchmark whose labels are named otherwise than it is prompted (iWildCam: scientific names, prompted with
+    FLYP's English ones) maps to its prompt names."""
+    if not names:
+        return None
+    index = {wnid: i for i, wnid in enumerate(IMAGENET_WNIDS)}
+    if all(name in index for name in names):
+        return [IMAGENET_CLASSNAMES[index[name]] for name in names]
+    benchmark = benchmark_of(dataset_name)
+    if benchmark is not None and benchmark.prompt_names and list(names) == list(benchmark.class_names or ()):
+        return list(benchmark.prompt_names)
+    member = imagenet_family(dataset_name)
+    if member is None or member == "objectnet":  # ObjectNet's 113 classes come with their own mapping
+        return None
+    if all(name.isdigit() for name in names) and all(int(name) < 1000 for name in names):
+        return [IMAGENET_CLASSNAMES[int(name)] for name in names]
+    if len(names) == len(imagenet_class_wnids(member)):
+        return imagenet_class_names(member)
+    if len(names) == 1000:
+        return list(IMAGENET_CLASSNAMES)
+    return None
+
+
 # other spellings of the keys (compared after normalisation), as the template sets and folders name them
 _KEY_ALIASES = {
     "imagenet1k": "imagenet",
@@ -545,16 +575,3 @@ def check_counts(counts: Counts, where: str, *, allow_partial: bool = False) -> 
         f"{BENCHMARKS[counts.benchmark].title} {counts.split} at {where}: {counts.describe()}{missing}; give "
         "the whole set, or pass --allow-partial to score it marked as partial"
     )
-
-
-def layouts_help(keys: Sequence[str] | None = None, only: Sequence[str] | None = None) -> str:
-    """The layouts each benchmark of `keys` (default: all) loads (those in `only`, where given), one line
-    each, for --help."""
-    from hf_vrl.data.layouts import all_layouts
-
-    lines = []
-    for key in keys or BENCHMARKS:
-        names = [name for name in BENCHMARKS[key].layouts if only is None or name in only]
-        accepted = "; or ".join(all_layouts()[name].description for name in names)
-        lines.append(f"  {key}: {accepted}")
-    return "\n".join(lines)

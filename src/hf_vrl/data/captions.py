@@ -22,7 +22,7 @@ from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
 from .images import DecodeTransform
-from .layouts import Layout, find_datasets_copy, load_datasets_copy
+from .readers import Layout, find_datasets_copy, load_datasets_copy
 
 KARPATHY_FILES = {
     "flickr30k": "dataset_flickr30k.json",

@@ -15,9 +15,9 @@ from pathlib import Path
 from datasets import Dataset, List, Value
 
 from .images import MISSING_IMAGE, DecodeTransform, ImageDecodeError, SampleFilter, decode_image
-from .layouts import Layout
 from .offline import SPLITS, subsample
 from .prompts import captions_for_labels, clean_class_name
+from .readers import Layout
 from .schema import contract_features
 
 REQUIRED_FILES = ("images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt")

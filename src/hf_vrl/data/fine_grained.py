@@ -28,9 +28,9 @@ from hf_vrl.errors import UserError
 
 from .benchmarks import BENCHMARKS, Benchmark
 from .images import DecodeTransform
-from .layouts import Layout, class_folders, image_files, loadmat, official_labels
 from .offline import SPLITS, subsample
 from .prompts import captions_for_labels
+from .readers import Layout, class_folders, image_files, loadmat, official_labels
 from .schema import FINE_LABEL, LABEL, contract_features
 
 __all__ = [
@@ -181,7 +181,7 @@ def _cars_devkit(base: Path, split: str) -> tuple[list[Path], list[int], list[st
 
 def _cars_folders(root: Path, split: str) -> tuple[list[Path], list[int], list[str]]:
     """(image paths, class ids, the 196 official names) of `root/<split>/<class name>/`; class folders are
-    matched to the official names (`hf_vrl.data.layouts.official_labels`)."""
+    matched to the official names (`hf_vrl.data.readers.official_labels`)."""
     folder = root / split
     if not folder.is_dir():
         raise FileNotFoundError(

@@ -27,7 +27,7 @@ from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
 from .imagenet_classes import OBJECTNET_FOLDER_TO_IMAGENET
-from .layouts import Layout, class_folders, image_files, lazy_dataset, loadmat, official_labels, prompt_names
+from .readers import Layout, class_folders, image_files, lazy_dataset, loadmat, official_labels, prompt_names
 
 WNID = re.compile(r"^n\d{8}$")
 DEVKIT_GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"

@@ -3,7 +3,7 @@
 the benchmark's official classes (its `ClassLabel` holds every official class, so a partial copy is still
 scored over all of them) and counted against the official numbers.
 
-Layouts (`all_layouts()`; `hf_vrl.data.benchmarks.layouts_help` prints them per benchmark):
+Layouts (`all_layouts()`; `layouts_help` prints them per benchmark):
 - ILSVRC-2012 (`imagenet.py`): train/<wnid>/ and the flat val/ with the devkit's ground truth or Kaggle's
   LOC_val_solution.csv; ImageNet-R / -A / -Sketch archives (<wnid>/ folders, no split level); ImageNet-V2
   (<0..999>/); ObjectNet 1.0 (images/<folder>/, the 113 folders mapped to ImageNet).
@@ -22,185 +22,48 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from datasets import ClassLabel, Dataset, Value
+from datasets import ClassLabel, Dataset
 
 from hf_vrl.errors import UserError
+from hf_vrl.metrics.mmvp import load_mmvp_vlm
 
+from . import captions, cub, fine_grained, imagenet, packed, transfer, webdataset, wilds
 from .benchmarks import BENCHMARKS, Benchmark, Counts
+from .generic import resolve_columns, to_contract
 from .images import DecodeTransform
 from .offline import subsample
-from .prompts import _normalise, captions_for_labels
-from .schema import FINE_LABEL, LABEL, contract_features
-from .webdataset import IMAGE_EXTENSIONS
+from .readers import (
+    Layout,
+    class_folders,
+    find_datasets_copy,
+    image_files,
+    lazy_dataset,
+    load_datasets_copy,
+    official_labels,
+    prompt_names,
+    relabel,
+    split_dirs,
+)
+from .schema import FINE_LABEL, LABEL
 
 __all__ = [
-    "Layout",
     "all_layouts",
     "counts_of",
-    "folder_with",
-    "image_files",
-    "lazy_dataset",
+    "expected",
+    "layouts_help",
     "load_benchmark",
-    "official_labels",
     "published_benchmark",
+    "resolve",
+    "subset",
 ]
 
 
-@dataclass(frozen=True)
-class Layout:
-    """A published layout: what it looks like (for --help and errors), where in a folder it is (`find`: the
-    folder it reads, or None), and how a split is read (`load(folder, split, benchmark)`). `tree`: a plain
-    class-folder tree or datasets copy, which an image-folder reader reads alike (the others carry annotation
-    files: read as an image folder they would be mislabelled, `published_benchmark`)."""
-
-    name: str
-    description: str
-    find: Callable[[Path], Path | None]
-    load: Callable[[Path, str, Benchmark], Dataset]
-    tree: bool = False
-
-
-def image_files(folder: Path) -> list[Path]:
-    """The image files directly in `folder`, sorted."""
-    with os.scandir(folder) as entries:
-        files = [
-            Path(e.path)
-            for e in entries
-            if e.is_file() and e.name.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS
-        ]
-    return sorted(files)
-
-
-def class_folders(folder: Path) -> list[Path]:
-    """The sub-folders of `folder`, sorted by name."""
-    with os.scandir(folder) as entries:
-        return sorted((Path(e.path) for e in entries if e.is_dir()), key=lambda p: p.name)
-
-
-def folder_with(root: Path, required: Sequence[str], *places: str) -> Path | None:
-    """The first of `root` and `root/<place>` (the folders an archive extracts to) that holds every path of
-    `required`; None when none does."""
-    for base in (root, *(root / place for place in places)):
-        if all((base / name).exists() for name in required):
-            return base
-    return None
-
-
-def loadmat(path: Path) -> dict[str, Any]:
-    """A MATLAB file (the devkits' annotations) with `scipy.io.loadmat(squeeze_me=True)`."""
-    try:
-        from scipy.io import loadmat as read
-    except ImportError:
-        raise UserError(f"reading {path.name} needs scipy: pip install scipy (or hf-vrl[eval])") from None
-    return read(path, squeeze_me=True)
-
-
-def lazy_dataset(
-    paths: Sequence[str | Path],
-    labels: Sequence[int],
-    names: Sequence[str],
-    *,
-    columns: Mapping[str, Sequence[Any]] | None = None,
-    features: Mapping[str, Any] | None = None,
-    caption_names: Sequence[str] | None = None,
-    seed: int = 0,
-) -> Dataset:
-    """A contract Dataset whose images are read from `paths` when accessed; `label` a ClassLabel of `names`,
-    template captions of them (or of `caption_names`), `key` the file name, plus `columns` (with their
-    `features`)."""
-    data = {
-        "image": [{"bytes": None, "path": str(p)} for p in paths],
-        "caption": captions_for_labels(list(labels), list(caption_names or names), seed),
-        LABEL: list(labels),
-        "key": [Path(p).name for p in paths],
-        **(columns or {}),
-    }
-    extra = {"key": Value("string"), **(features or {})}
-    extra |= {name: Value("string") for name in (columns or {}) if name not in extra}
-    dataset = Dataset.from_dict(data, features=contract_features(list(names), extra, decode=False))
-    return dataset.with_transform(DecodeTransform("image"))
-
-
-# -- class names: a source's classes in the benchmark's official ones ----------------------------------------
-
-
-def _wnid_index(benchmark: Benchmark) -> dict[str, int]:
-    """{WordNet id: official label} of an ImageNet-family benchmark (empty for the others)."""
-    from .prompts import IMAGENET_FAMILY, imagenet_class_wnids
-
-    if benchmark.key not in IMAGENET_FAMILY.values() or benchmark.key == "objectnet":
-        return {}
-    member = benchmark.key if benchmark.key in ("imagenet-r", "imagenet-a") else None
-    return {wnid: i for i, wnid in enumerate(imagenet_class_wnids(member))}
-
-
-def prompt_names(benchmark: Benchmark) -> list[str]:
-    """The names a benchmark's classes are prompted and captioned with, in label order: OpenAI's for the
-    ImageNet family (its labels are WordNet ids), FLYP's for iWildCam, else its labels' own."""
-    return list(benchmark.prompt_names or benchmark.class_names or ())
-
-
-def official_labels(benchmark: Benchmark, names: Sequence[str]) -> list[int]:
-    """The official label of each source class name: by name (OpenAI's, the publisher's folder names,
-    compared without case, spaces or punctuation), WordNet id (ImageNet family), or label id (digits: 0-based
-    where a "0" class exists or for the ImageNet family, else the publisher's 1-based ids); an ImageNet-family
-    copy with names of its own and all its classes ("tench, Tinca tinca", ...) maps by position, the standard
-    order. A name that is none of these raises a UserError naming it."""
-    from .transfer_classes import PUBLISHER_CLASSNAMES
-
-    official = benchmark.class_names or ()
-    wnids = _wnid_index(benchmark)
-    lookup = {_normalise(n): i for i, n in enumerate(prompt_names(benchmark))}
-    publisher = PUBLISHER_CLASSNAMES.get(benchmark.templates or "", ())
-    lookup |= {_normalise(n): i for i, n in enumerate(publisher)}
-    digits = all(n.isdigit() for n in names)
-    base = 0 if (wnids or "0" in names) else 1
-    if digits and wnids and len(wnids) != 1000:  # R / A by label id: ids in ImageNet's 1000
-        raise UserError(f"{benchmark.title}: classes named by number are ambiguous; name them by WordNet id")
-    out, unknown = [], []
-    for name in names:
-        if name in wnids:
-            out.append(wnids[name])
-        elif _normalise(name) in lookup and not digits:
-            out.append(lookup[_normalise(name)])
-        elif digits and 0 <= int(name) - base < len(official):
-            out.append(int(name) - base)
-        else:
-            unknown.append(name)
-    if unknown and wnids and len(names) == len(official):  # a copy's own names in the standard order
-        return list(range(len(names)))
-    if unknown:
-        shown = ", ".join(repr(n) for n in unknown[:4])
-        raise UserError(
-            f"{benchmark.title}: classes {shown}{' ...' if len(unknown) > 4 else ''} are not its classes; "
-            f"name the class folders as the publisher does (or {'WordNet ids' if wnids else 'OpenAI names'})"
-        )
-    return out
-
-
-def relabel(dataset: Dataset, benchmark: Benchmark, names: Sequence[str], seed: int = 0) -> Dataset:
-    """`dataset` (label ids into `names`) with `label` in the benchmark's official classes, and captions
-    from their names."""
-    mapping = np.asarray(official_labels(benchmark, names), dtype=np.int64)
-    labels = mapping[np.asarray(dataset[LABEL][:], dtype=np.int64)].tolist()
-    dataset = dataset.remove_columns([LABEL, "caption"])
-    dataset = dataset.add_column(LABEL, labels, feature=ClassLabel(names=list(benchmark.class_names)))
-    captions = captions_for_labels(labels, prompt_names(benchmark), seed)
-    return dataset.add_column("caption", captions, feature=Value("string"))
-
-
 # -- generic layouts ---------------------------------------------------------------------------------------
-
-
-def _split_dirs(benchmark: Benchmark, split: str) -> list[str]:
-    """The folder names a split may have: its own and its aliases."""
-    return [split, *(alias for alias, target in benchmark.aliases.items() if target == split)]
 
 
 def _find_split_folders(root: Path) -> Path | None:
@@ -208,10 +71,10 @@ def _find_split_folders(root: Path) -> Path | None:
 
 
 def _load_split_folders(root: Path, split: str, benchmark: Benchmark) -> Dataset:
-    folder = next((root / d for d in _split_dirs(benchmark, split) if (root / d).is_dir()), None)
+    folder = next((root / d for d in split_dirs(benchmark, split) if (root / d).is_dir()), None)
     if folder is None:
         raise UserError(
-            f"{root} has no {split} folder (looked for {', '.join(_split_dirs(benchmark, split))}/)"
+            f"{root} has no {split} folder (looked for {', '.join(split_dirs(benchmark, split))}/)"
         )
     classes = class_folders(folder)
     labels = official_labels(benchmark, [c.name for c in classes])
@@ -223,32 +86,8 @@ def _load_split_folders(root: Path, split: str, benchmark: Benchmark) -> Dataset
     return lazy_dataset(paths, ids, benchmark.class_names, caption_names=prompt_names(benchmark))
 
 
-def find_datasets_copy(root: Path) -> Path | None:
-    """`root` when it holds a `datasets` copy (save_to_disk or parquet files)."""
-    if (root / "state.json").is_file() or (root / "dataset_dict.json").is_file():
-        return root
-    return root if root.is_dir() and next(root.rglob("*.parquet"), None) is not None else None
-
-
-def load_datasets_copy(target: str, split: str) -> Dataset:
-    """A `datasets` copy: a save_to_disk folder, parquet files under a folder, or a Hub id."""
-    import datasets
-
-    path = Path(target)
-    if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
-        loaded = datasets.load_from_disk(target)
-        if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise UserError(f"{target} has no split {split!r}; it has {', '.join(loaded)}")
-            return loaded[split]
-        return loaded
-    return datasets.load_dataset(target, split=split)
-
-
 def _load_hf(root: Path | str, split: str, benchmark: Benchmark) -> Dataset:
-    from .generic import resolve_columns, to_contract
-
-    candidates = _split_dirs(benchmark, split)
+    candidates = split_dirs(benchmark, split)
     last: Exception | None = None
     for name in candidates:  # a copy names the split by one of its names ("validation", "test", ...)
         try:
@@ -273,11 +112,7 @@ def _load_hf(root: Path | str, split: str, benchmark: Benchmark) -> Dataset:
 
 @functools.cache
 def all_layouts() -> dict[str, Layout]:
-    """Every layout by name (built on first use: the layout modules import this one)."""
-    from hf_vrl.metrics.mmvp import load_mmvp_vlm
-
-    from . import captions, cub, fine_grained, imagenet, packed, transfer, webdataset, wilds
-
+    """Every layout by name."""
     generic = [
         Layout(
             "split-folders",
@@ -411,12 +246,21 @@ def load_benchmark(
     layout, folder = resolve(benchmark, source)
     dataset = layout.load(folder, official, benchmark)
     if level is not None:
-        from .fine_grained import at_level
-
-        dataset = at_level(dataset, level, benchmark)
+        dataset = fine_grained.at_level(dataset, level, benchmark)
     return dataset, counts_of(dataset, benchmark, official)
 
 
 def subset(dataset: Any, limit: int | None, seed: int) -> Any:
     """A seeded random subset of `limit` rows (all of them without a limit)."""
     return dataset if limit is None else dataset.select(subsample(len(dataset), limit, seed))
+
+
+def layouts_help(keys: Sequence[str] | None = None, only: Sequence[str] | None = None) -> str:
+    """The layouts each benchmark of `keys` (default: all) loads (those in `only`, where given), one line
+    each, for --help."""
+    lines = []
+    for key in keys or BENCHMARKS:
+        names = [name for name in BENCHMARKS[key].layouts if only is None or name in only]
+        accepted = "; or ".join(all_layouts()[name].description for name in names)
+        lines.append(f"  {key}: {accepted}")
+    return "\n".join(lines)

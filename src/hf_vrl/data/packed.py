@@ -31,9 +31,9 @@ from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
 from .images import CORRUPT_IMAGE, ImageDecodeError
-from .layouts import Layout, class_folders, folder_with, official_labels, prompt_names
 from .offline import captioned_grey_dataset, load_safe_pickle, read_idx
 from .prompts import captions_for_labels
+from .readers import Layout, class_folders, folder_with, official_labels, prompt_names
 from .schema import contract_features, dataset_from_arrays
 from .transfer import labelled, split_lines
 

@@ -22,6 +22,9 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
+from . import imagenet_classes
+from .imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
+
 # Captions given to images that come with a class label only (Fashion-MNIST, CUB, image folders, ...):
 # FLYP-style "caption = template(classname)", varied so that a contrastive model does not learn one string.
 CAPTION_TEMPLATES: tuple[str, ...] = (
@@ -542,8 +545,6 @@ def imagenet_family(dataset_name: str | None) -> str | None:
 def imagenet_class_wnids(member: str | None = None) -> tuple[str, ...]:
     """The WordNet ids of the classes `member` is scored on, in label order: the 200 of ImageNet-R / -A, else
     all 1000."""
-    from hf_vrl.data import imagenet_classes
-
     subset = IMAGENET_SUBSETS.get(member or "")
     return getattr(imagenet_classes, subset) if subset else imagenet_classes.IMAGENET_WNIDS
 
@@ -551,39 +552,5 @@ def imagenet_class_wnids(member: str | None = None) -> tuple[str, ...]:
 def imagenet_class_names(member: str | None = None) -> list[str]:
     """OpenAI's curated names of the classes `member` is scored on (`imagenet_class_wnids`), in label
     order."""
-    from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
-
     index = {wnid: i for i, wnid in enumerate(IMAGENET_WNIDS)}
     return [IMAGENET_CLASSNAMES[index[wnid]] for wnid in imagenet_class_wnids(member)]
-
-
-def openai_class_names(dataset_name: str | None, names: list[str] | None) -> list[str] | None:
-    """The names prompts use for a dataset's labels `names` (OpenAI's curated ImageNet names, or those a
-    benchmark of `hf_vrl.data.benchmarks` prompts with), or None to keep `names`.
-
-    The default of every ImageNet-family set (`imagenet_family`) and of any set whose classes are ImageNet
-    WordNet ids (image folders of ImageNet, -Sketch, -R, -A): wnids map to their names; 1000 labels (or 200
-    for ImageNet-R / -A) in the standard order, or ImageNet-V2's folders "0".."999", map by position. A
-    benchmark whose labels are named otherwise than it is prompted (iWildCam: scientific names, prompted with
-    FLYP's English ones) maps to its prompt names."""
-    from hf_vrl.data.benchmarks import benchmark_of
-    from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
-
-    if not names:
-        return None
-    index = {wnid: i for i, wnid in enumerate(IMAGENET_WNIDS)}
-    if all(name in index for name in names):
-        return [IMAGENET_CLASSNAMES[index[name]] for name in names]
-    benchmark = benchmark_of(dataset_name)
-    if benchmark is not None and benchmark.prompt_names and list(names) == list(benchmark.class_names or ()):
-        return list(benchmark.prompt_names)
-    member = imagenet_family(dataset_name)
-    if member is None or member == "objectnet":  # ObjectNet's 113 classes come with their own mapping
-        return None
-    if all(name.isdigit() for name in names) and all(int(name) < 1000 for name in names):
-        return [IMAGENET_CLASSNAMES[int(name)] for name in names]
-    if len(names) == len(imagenet_class_wnids(member)):
-        return imagenet_class_names(member)
-    if len(names) == 1000:
-        return list(IMAGENET_CLASSNAMES)
-    return None

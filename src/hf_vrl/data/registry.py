@@ -25,9 +25,12 @@ from typing import Any
 
 from datasets import Dataset, IterableDataset
 
+from hf_vrl.errors import UserError
+
 from . import cub, fine_grained, generic, offline, toy, webdataset
 from .benchmarks import BENCHMARKS
 from .images import SampleFilter
+from .layouts import load_benchmark, published_benchmark, resolve, subset
 
 SHAPES_SPLIT_SIZES = {"train": 2000, "test": 500}
 HIERARCHIES = ("cub", "aircraft", "cars")  # their own loaders: label = the coarse level (CLUE's reading)
@@ -76,8 +79,6 @@ def _detect(path: str) -> str:
             f"unknown dataset {path!r}: not a registered name ({', '.join(NAMED)}), not 'prefix:target' "
             f"({', '.join(PREFIXES)}), and no such path"
         )
-    from .layouts import published_benchmark
-
     if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
         return "hf"
     if folder.is_dir() and any(folder.glob("*.tar")):
@@ -87,8 +88,6 @@ def _detect(path: str) -> str:
 
 def _published(prefix: str, target: str) -> str:
     """`prefix`, or for "imagefolder:" a folder holding a benchmark's annotated layout, that benchmark's."""
-    from .layouts import published_benchmark
-
     return (prefix == "imagefolder" and published_benchmark(Path(target))) or prefix
 
 
@@ -128,15 +127,11 @@ def load_dataset_by_name(
         load = fine_grained.load_fgvc_aircraft if prefix == "aircraft" else fine_grained.load_stanford_cars
         return load(target, split, limit=limit, seed=seed, **kwargs)
     if prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES):
-        from .layouts import load_benchmark, subset
-
         if streaming:
             raise ValueError(f"{prefix} loads map-style (its images are read lazily); drop streaming=True")
         key, level = LEVEL_PREFIXES.get(prefix, (prefix, None))
         return subset(load_benchmark(key, target, split, level=level, **kwargs)[0], limit, seed)
     if prefix == "cc3m":
-        from .layouts import resolve
-
         resolve(BENCHMARKS["cc3m"], target)  # img2dataset's folder (a UserError names it otherwise)
         return _stream(target, **common, **(stream_options or {}), **kwargs)
     if prefix in ("webdataset", "parquet", "csv"):
@@ -161,8 +156,6 @@ def is_streamed(name: str) -> bool:
 def check_dataset_name(name: str, what: str = "--dataset") -> None:
     """Raise `UserError` when `name` cannot name data: an unknown name, a path or glob that matches nothing.
     Cheap (no data is read): a run checks its data before it writes anything. Hub ids are left to loading."""
-    from hf_vrl.errors import UserError
-
     if name in NAMED:
         return
     prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
@@ -172,8 +165,6 @@ def check_dataset_name(name: str, what: str = "--dataset") -> None:
         if prefix in ("webdataset", "parquet", "csv"):
             webdataset.resolve_files(target)
         elif prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES, "cc3m"):
-            from .layouts import resolve
-
             key = LEVEL_PREFIXES.get(prefix, (prefix,))[0]
             resolve(BENCHMARKS[key], target)  # the layout is there (a UserError names the expected one)
         elif prefix in (*HIERARCHIES, "imagefolder") and not Path(target).is_dir():

@@ -34,7 +34,7 @@ from datasets import Dataset
 from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
-from .layouts import (
+from .readers import (
     Layout,
     class_folders,
     folder_with,

@@ -26,7 +26,7 @@ from datasets import Dataset, Value
 from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
-from .layouts import Layout, folder_with, lazy_dataset
+from .readers import Layout, folder_with, lazy_dataset
 
 FMOW_METADATA = ("rgb_metadata.csv", "metadata.csv")  # WILDS' name, then an image folder's
 FMOW_COLUMNS = {"split", "category", "country_code", "timestamp"}

@@ -422,8 +422,8 @@ class DiVEMethod(Method):
 
     def _class_names(self, rows: Any) -> list[str]:
         """The target's class names in its training captions: OpenAI's curated names for ImageNet-family data
-        (the names the evaluation's prompts use, `hf_vrl.data.prompts.openai_class_names`), else its own."""
-        from hf_vrl.data.prompts import openai_class_names
+        (as the evaluation prompts them, `hf_vrl.data.benchmarks.openai_class_names`), else its own."""
+        from hf_vrl.data.benchmarks import openai_class_names
 
         names = list(rows.features["label"].names)
         return openai_class_names(self.config.data.dataset, names) or names
