@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     counts: dict[str, Any] = {}
     if args.dataset is not None:  # the data and its counts before any model is loaded
         data = {"image_size": args.image_size, "seed": args.seed, "allow_partial": args.allow_partial}
+        data["tasks"] = args.tasks
         dataset, counts[args.split] = evaluation.load_counted_dataset(
             args.dataset, split=args.split, limit=args.limit, **data
         )
@@ -242,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             protocol=args.protocol,
             dataset_name=args.dataset,
             data=evaluation.data_record(args.dataset, args.split, dataset, limit=args.limit, seed=args.seed),
+            mirror=evaluation.mirror_prompts(args.dataset),
             batch_size=args.batch_size,
             device=device,
             seed=args.seed,
@@ -261,5 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     for split, record in report.get("counts", {}).items():
         if not record["complete"]:
             print(f"PARTIAL {split}: {record['described']} (these numbers are not the benchmark's)")
+        if record.get("source"):
+            differs = record.get("differs")
+            differs = f"; differs from the paper's protocol: {differs}" if differs else ""
+            print(f"MIRROR {split}: scored on {record['source']}{differs}")
     print(f"wrote {out / 'report.json'}")
     return 0

@@ -23,6 +23,7 @@ embeddings give clip_benchmark's numbers; "hf_vrl" counts ties in expectation ov
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -292,6 +293,24 @@ def zero_shot_prompts(
     return ZeroShotPrompts(tuple(prompts.zero_shot_templates(dataset_name)), fill, source)
 
 
+def _key_of_mirror(name: str | None) -> str | None:
+    """`name`, or for a registered Hub mirror (`hf:ILSVRC/imagenet-1k`) its benchmark's key, by which its
+    templates and class names are found (a path's name says nothing: `hf_vrl.data.prompts`)."""
+    from hf_vrl.data.benchmarks import benchmark_of_repo
+    from hf_vrl.data.hub import is_hub_spec, parse_hub_spec
+
+    benchmark = benchmark_of_repo(parse_hub_spec(name).repo_id) if name and is_hub_spec(name) else None
+    return benchmark.key if benchmark else name
+
+
+def mirror_templates(mirror: Any) -> ZeroShotPrompts:
+    """A clip_benchmark mirror's own templates, filled as clip_benchmark fills them (`{c}`)."""
+    from hf_vrl.data.clip_benchmark import TEMPLATES, fill_mirror_template
+
+    filled = tuple(functools.partial(fill_mirror_template, t) for t in mirror.templates)
+    return ZeroShotPrompts(filled, str.format, f"{mirror.where}/{TEMPLATES}")
+
+
 def imagenet_classes(
     dataset_name: str | None, labels: np.ndarray | None, names: list[str] | None
 ) -> tuple[np.ndarray | None, list[str] | None, str, list[tuple[int, ...]] | None]:
@@ -445,7 +464,7 @@ def _retrieval(run: _Run) -> dict[str, Any]:
         recall = metrics.cb_retrieval_recall(run.image, embedded, owner, ks, batch_size=run.batch_size)
     else:
         recall = metrics.retrieval_recall(run.image, embedded, ks, mapping)
-    return {**recall, "n_texts": len(texts), "protocol": run.protocol}
+    return {**recall, "n_images": len(run.dataset), "n_texts": len(texts), "protocol": run.protocol}
 
 
 def _clustering(run: _Run) -> dict[str, Any]:
@@ -584,6 +603,7 @@ def evaluate_clip(
     return_embeddings: bool = False,
     on_task_end: Callable[[dict[str, Any]], None] | None = None,
     data: Mapping[str, Any] | None = None,
+    mirror: Any = None,
 ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
     """Run the metric suite on `dataset` (columns image, caption, label; optional fine_label) and return a
     JSON-able report: one sub-dict per task, plus `skipped` {task: reason} for tasks the inputs do not allow.
@@ -595,15 +615,21 @@ def evaluate_clip(
     (a pairs dataset or an MMVP-VLM directory) adds the MMVP score. Image metrics use L2-normalised embeddings
     except the linear probe, which sees raw features as in CLIP. Inputs go to the model's device and dtype
     (`device` moves the model first). `on_task_end(report)` is called after each task with the report so far.
-    `data` (`data_record` of `dataset`) is recorded in each task's section as `"data"`.
+    `data` (`data_record` of `dataset`) is recorded in each task's section as `"data"`. `mirror` (a
+    `hf_vrl.data.clip_benchmark.WdsMirror`, `mirror_prompts`): the data are in clip_benchmark's layout, and
+    zero-shot prompts its own class names with its own templates (unless `templates` is given).
     With `return_embeddings`, also returns {"image", "labels", "class_names"} for figures.
     """
     from hf_vrl.data.schema import class_names_of
 
     tasks = _check_tasks(tasks)
     check_image_model(model)
-    dataset_name = dataset_name or getattr(getattr(dataset, "info", None), "dataset_name", None)
+    dataset_name = _key_of_mirror(
+        dataset_name or getattr(getattr(dataset, "info", None), "dataset_name", None)
+    )
     prompts = zero_shot_prompts(protocol, dataset_name, templates)
+    if mirror is not None and mirror.templates and templates is None and protocol == "clip_benchmark":
+        prompts = mirror_templates(mirror)
     if device is not None:
         model.to(device)
     if reference_model is not None:
@@ -617,6 +643,9 @@ def evaluate_clip(
         zero_shot_labels, class_names, names_source, projection = imagenet_classes(
             dataset_name, labels, class_names_of(dataset)
         )
+        if mirror is not None and mirror.class_names:  # the mirror's own names, in its own order
+            zero_shot_labels, projection = None, None
+            class_names, names_source = list(mirror.class_names), f"{mirror.where}/classnames.txt"
         run = _Run(
             model=model,
             image_processor=image_processor,
@@ -727,9 +756,10 @@ def load_eval_dataset(
     name: str, *, split: str, limit: int | None = None, image_size: int | None = None, seed: int = 0
 ):
     """A map-style dataset from the `hf_vrl.data` registry (imported here: the metrics stay independent of
-    it); a folder or Hub copy whose path names a benchmark ("imagefolder:/data/objectnet") is read as that
-    benchmark (`load_counted_dataset`, counts not checked). Streamed sources (webdataset, parquet, csv) are
-    materialised, which needs a `limit`. A dataset that cannot be loaded raises a UserError saying why."""
+    it); a benchmark (`<key>:<where>`, a registered Hub mirror, a publisher's annotated folder) is read as
+    that benchmark (`load_counted_dataset`, counts not checked). Streamed sources (webdataset, parquet,
+    csv) are materialised, which needs a `limit`. A dataset that cannot be loaded raises a UserError saying
+    why."""
     import datasets
 
     from hf_vrl.data.registry import load_dataset_by_name
@@ -747,18 +777,50 @@ def load_eval_dataset(
     return ds
 
 
-def _benchmark_source(name: str) -> tuple[str, str, str | None] | None:
-    """(benchmark key, where it is, label level) of a registry name that names a scored benchmark (by its
-    prefix, or a path component); None for a user's own data and for training corpora."""
-    from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of
-    from hf_vrl.data.registry import LEVEL_PREFIXES
+def task_level(key: str, tasks: Sequence[str] | None) -> str | None:
+    """The label level FGVC-Aircraft / Stanford Cars are scored at for `tasks`: the fine one (100 variants,
+    196 models: `hf_vrl.data.benchmarks.FINE_LEVELS`) for every task but CLUE's granularity, which reads the
+    coarse one in `label` and the fine one in `fine_label` (None: that reading), whatever key names the
+    data."""
+    from hf_vrl.data.benchmarks import FINE_LEVELS
 
-    benchmark = benchmark_of(name)
-    if benchmark is None or benchmark.task not in ("classification", "retrieval"):
+    if key not in FINE_LEVELS:
         return None
-    prefix, _, target = name.partition(":")
-    level = LEVEL_PREFIXES.get(prefix, (None, None))[1]
-    return benchmark.key, target if prefix in (*BENCHMARKS, *LEVEL_PREFIXES) else name, level
+    scored = set(tasks or DEFAULT_TASKS) & set(LABEL_TASKS)
+    if scored == {"granularity"}:
+        return None
+    if "granularity" in scored:
+        raise UserError(
+            f"{key}: granularity scores the coarse level and {', '.join(sorted(scored - {'granularity'}))} "
+            f"the fine one ({FINE_LEVELS[key]}): run granularity on its own"
+        )
+    return FINE_LEVELS[key]
+
+
+def _benchmark_source(name: str) -> tuple[str, str] | None:
+    """(benchmark key, where it is) of a registry name that names a scored benchmark: by its key
+    (`<key>:<where>`, `fgvc_aircraft:` / `stanford_cars:` too), as a registered Hub mirror
+    (`hf:clip-benchmark/wds_cars`: the repo id, exactly), or as a folder holding a publisher's annotated
+    layout (which the registry reads as that benchmark); None for a user's own data, whatever its path is
+    named, and for training corpora."""
+    from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of_repo
+    from hf_vrl.data.hub import is_hub_spec, parse_hub_spec
+    from hf_vrl.data.layouts import published_benchmark
+    from hf_vrl.data.registry import LEVEL_PREFIXES, PREFIXES
+
+    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    if prefix in LEVEL_PREFIXES or prefix in BENCHMARKS:
+        key = LEVEL_PREFIXES.get(prefix, (prefix,))[0]
+    elif prefix == "hf" and is_hub_spec(name):
+        benchmark = benchmark_of_repo(parse_hub_spec(name).repo_id)
+        key, target = (benchmark.key if benchmark else None), name
+    elif prefix in ("imagefolder", "") and Path(target).expanduser().is_dir():
+        key = published_benchmark(Path(target).expanduser())
+    else:
+        key = None
+    if key is None or BENCHMARKS[key].task not in ("classification", "retrieval"):
+        return None
+    return key, target
 
 
 def load_counted_dataset(
@@ -769,22 +831,50 @@ def load_counted_dataset(
     limit: int | None = None,
     image_size: int | None = None,
     seed: int = 0,
-    level: str | None = None,
+    tasks: Sequence[str] | None = None,
 ) -> tuple[Any, dict[str, Any] | None]:
-    """(dataset, counts record) of `split`: a benchmark of `hf_vrl.data.benchmarks` (named by its registry
-    prefix, or a folder / Hub copy whose path names it) is read from its published layout and its images and
-    classes checked against the official counts before anything is scored: a partial copy is refused in one
-    line unless `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there. A user's
-    own data loads as `load_eval_dataset` does, with no record. `level`: the label level of FGVC-Aircraft /
-    Stanford Cars ("variant" / "model")."""
+    """(dataset, counts record) of `split`: a benchmark of `hf_vrl.data.benchmarks` (`_benchmark_source`) is
+    read from its published layout or Hub mirror and its images and classes checked against the official
+    counts (a mirror's: its own) before anything is scored: a partial copy is refused in one line unless
+    `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there and, for a mirror,
+    which and where it differs from the paper's protocol. FGVC-Aircraft and Stanford Cars are labelled at the
+    level `tasks` score (`task_level`). A user's own data loads as `load_eval_dataset` does; in
+    clip_benchmark's layout it is counted too (images, captions), against no official numbers."""
     from hf_vrl.data.benchmarks import check_counts
     from hf_vrl.data.layouts import load_benchmark, subset
 
     found = _benchmark_source(name)
     if found is None:
-        return load_eval_dataset(name, split=split, limit=limit, image_size=image_size, seed=seed), None
-    key, source, prefix_level = found
-    dataset, counts = load_benchmark(key, source, split, level=level or prefix_level)
+        dataset = load_eval_dataset(name, split=split, limit=limit, image_size=image_size, seed=seed)
+        return dataset, _own_counts(name, dataset)
+    key, source = found
+    dataset, counts = load_benchmark(key, source, split, level=task_level(key, tasks))
     check_counts(counts, name, allow_partial=allow_partial)
     record = counts.as_dict() | ({"limit": limit} if limit is not None else {})
     return subset(dataset, limit, seed), record
+
+
+def _own_counts(name: str, dataset: Any) -> dict[str, Any] | None:
+    """What a user's clip_benchmark-layout data held (images; captions for a caption set), None for others."""
+    from hf_vrl.data.registry import mirror_source
+
+    if mirror_source(name) is None:
+        return None
+    record = {"images": len(dataset), "source": mirror_source(name)[0]}
+    if "label" not in dataset.column_names:
+        record["texts"] = sum(len(c) for c in dataset["caption"][:])
+    described = f"{record['images']:,} images" + (
+        f", {record['texts']:,} captions" if "texts" in record else ""
+    )
+    return record | {"complete": True, "described": described}
+
+
+def mirror_prompts(name: str | None) -> Any:
+    """The class names and templates of the clip_benchmark layout `name` reads (`WdsMirror`), None for other
+    data: a mirror is scored with its own (its classnames.txt and zeroshot_classification_templates.txt)."""
+    from hf_vrl.data.clip_benchmark import read_mirror
+    from hf_vrl.data.readers import SourceFiles
+    from hf_vrl.data.registry import mirror_source
+
+    found = mirror_source(name) if name else None
+    return None if found is None else read_mirror(SourceFiles.of(found[0]))

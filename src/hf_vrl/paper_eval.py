@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from hf_vrl.data.benchmarks import FINE_LEVELS
 from hf_vrl.errors import UserError, explain
 from hf_vrl.metrics.mmvp import MMVP_CATEGORIES
 
@@ -61,7 +62,6 @@ __all__ = [
     "write_measured",
 ]
 
-FINE_LEVELS = {"aircraft": "variant", "cars": "model"}  # the level the papers' tables score
 PARTIAL = "†"  # the mark of a cell measured on a partial copy or a --limit subset
 
 

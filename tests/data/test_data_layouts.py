@@ -532,8 +532,10 @@ def test_registry_entries_are_consistent():
             if benchmark.class_names is not None and split.classes is not None and benchmark.task != "pairs":
                 assert split.classes <= len(benchmark.class_names), key
     assert BENCHMARKS["imagenet"].split("test") == "validation"  # the papers' ImageNet test
-    assert benchmark_of("imagefolder:/data/imagenet-r").key == "imagenet-r"
-    assert benchmark_of("hf:uoft-cs/cifar10").key == "cifar10" and benchmark_of("/data/my-photos") is None
+    # a benchmark is named by its key (or a registered Hub mirror), never by a path's name (issue 34)
+    assert benchmark_of("imagenet-r:/data/x").key == "imagenet-r" and benchmark_of("/data/my-photos") is None
+    assert benchmark_of("imagefolder:/data/imagenet-r") is None and benchmark_of("hf:uoft-cs/cifar10") is None
+    assert benchmark_of("hf:clip-benchmark/wds_vtab-eurosat").key == "eurosat"
     assert benchmark_of("fgvc-aircraft-2013b").key == "aircraft"
     help_text = layouts_help(["imagenet", "fmow"])
     assert "LOC_val_solution.csv" in help_text and "country_code_mapping.csv" in help_text

@@ -34,11 +34,11 @@ def test_the_shipped_class_data():
 
 def test_family_names_and_defaults():
     family = prompts.imagenet_family
-    assert family("imagenet") == family("ImageNet-1k") == family("hf:ILSVRC/imagenet-1k") == "imagenet"
     assert (
-        family("imagefolder:/data/imagenet-sketch") == "imagenet-sketch"
-        and family("imagenetv2") == "imagenet-v2"
+        family("imagenet") == family("ImageNet-1k") == family("imagenet:hf:ILSVRC/imagenet-1k") == "imagenet"
     )
+    assert family("imagefolder:/data/imagenet-sketch") is None  # a path's name says nothing (issue 34)
+    assert family("imagenet-sketch:/data/x") == "imagenet-sketch" and family("imagenetv2") == "imagenet-v2"
     assert family("imagenet-r") == "imagenet-r" and family("imagenet_a") == "imagenet-a"
     assert family("objectnet") == "objectnet" and family("cifar10") is None and family(None) is None
     assert prompts.imagenet_class_names("imagenet-r")[0] == "goldfish"
@@ -145,7 +145,7 @@ def test_objectnet_is_scored_on_its_113_mapped_folders():
         torch.tensor([colour[0], colour[2], colour[2]]), 1000
     ).float()
     report = evaluation.evaluate_clip(
-        model, processor, tok, ds, tasks=("zero_shot",), dataset_name="imagefolder:/d/objectnet"
+        model, processor, tok, ds, tasks=("zero_shot",), dataset_name="objectnet:/d/objectnet"
     )["zero_shot"]
     assert report["class_names"] == "openai:objectnet" and report["n_scored"] == 2
     assert report["top1"] == 1.0  # "digital clock" counts for the alarm-clock folder

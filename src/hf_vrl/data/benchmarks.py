@@ -7,28 +7,34 @@ and prompt templates its zero-shot rows use and where they come from, and the la
 scores. Counts are the publishers' numbers (`counts_source`). Where the publisher defines no split, the
 split its published layout is read with is counted (SUN397: the publisher's first partition; UCF-101: its
 split 1; Caltech-101: 30 images a class for train as tfds draws them; EuroSAT: the whole set as the test
-set, clip_benchmark's reading), and a split left to the user has its class count checked only
-(`images=None`).
+set, clip_benchmark's torchvision reading; its Hub mirror is VTAB's, 5,400 test), and a split left to the
+user has its class count checked only (`images=None`). `MIRRORS`: each benchmark's copies on the Hub, with
+their own counts, and where scoring them differs from the paper's protocol.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hf_vrl.errors import UserError
 
+from .hub import is_hub_spec, parse_hub_spec
 from .imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS
 from .prompts import _named_in, _normalise, imagenet_class_names, imagenet_class_wnids, imagenet_family
 from .transfer_classes import FMOW_CATEGORIES, IWILDCAM_CLASSNAMES, IWILDCAM_LABELS, OPENAI_CLASSNAMES
 
 __all__ = [
     "BENCHMARKS",
+    "CLIP_BENCHMARK_LAYOUT",
+    "FINE_LEVELS",
     "Benchmark",
+    "HubMirror",
     "Counts",
     "Split",
     "benchmark_of",
+    "benchmark_of_repo",
     "openai_class_names",
     "check_counts",
 ]
@@ -42,6 +48,24 @@ class Split:
     images: int | None
     classes: int | None = None
     texts: int | None = None
+
+
+@dataclass(frozen=True)
+class HubMirror:
+    """A copy of a benchmark on the Hugging Face Hub: its repo, the layout it is read with, its own splits
+    (by the mirror's names) with its own counts and their source (None where unverified), the benchmark's
+    split names in the mirror's, and where scoring it differs from the paper's protocol."""
+
+    repo_id: str
+    layout: str
+    splits: Mapping[str, Split]
+    counts_source: str
+    split_names: Mapping[str, str] = field(default_factory=dict)  # the benchmark's split -> the mirror's
+    differs: str = ""
+
+    def split(self, official: str) -> str:
+        """The mirror's name of the benchmark's split `official`."""
+        return self.split_names.get(official, official)
 
 
 @dataclass(frozen=True)
@@ -64,6 +88,13 @@ class Benchmark:
     templates: str | None = None  # a key of hf_vrl.data.prompts.OPENAI_TEMPLATES / FLYP_TEMPLATES
     templates_source: str = ""
     levels: Mapping[str, str] = field(default_factory=dict)  # paper table -> label level it scores
+    mirrors: tuple[HubMirror, ...] = ()  # its copies on the Hub (`hf_vrl.data.benchmarks.MIRRORS`)
+
+    def mirror(self, layout: str | None = None, repo_id: str | None = None) -> HubMirror | None:
+        """Its Hub mirror read with `layout` (or the one of repo `repo_id`), None when it has none."""
+        return next(
+            (m for m in self.mirrors if m.layout == layout or (repo_id and m.repo_id == repo_id)), None
+        )
 
     def split(self, name: str) -> str:
         """The official name of split `name` (an alias such as "val" or "test" maps to it)."""
@@ -156,7 +187,7 @@ def _levels(*tables: str, level: str = "class") -> dict[str, str]:
     return {_TABLES[t]: level for t in tables}
 
 
-BENCHMARKS: dict[str, Benchmark] = {
+_PUBLISHED: dict[str, Benchmark] = {
     b.key: b
     for b in (
         Benchmark(
@@ -356,7 +387,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             "EuroSAT (RGB)",
             {"train": Split(None, 10), "test": Split(27_000, 10)},
             "Helber et al. 2019: 27,000 images, 10 classes; no published split: the whole set is the test "
-            "set, as clip_benchmark scores it (a train split is yours: not counted)",
+            "set, as clip_benchmark's torchvision `eurosat` reads it (its benchmark lists and Hub mirror, "
+            "wds_vtab-eurosat, score VTAB's 5,400 test images instead); a train split is yours: not counted",
             layouts=("eurosat", *GENERIC),
             levels=_levels("dcr2", "dcr6", "dive3"),
         ),
@@ -445,15 +477,124 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 
 
+# -- the benchmarks' copies on the Hub ---------------------------------------------------------------------
+
+CLIP_BENCHMARK_LAYOUT = "clip-benchmark-wds"
+FINE_LEVELS = {"aircraft": "variant", "cars": "model"}  # the class level zero-shot, probes and tables score
+UNVERIFIED = (
+    "not counted on the mirror itself (its file listing gives shard counts, not images): the publisher's "
+    "split as clip_benchmark's builder exports it"
+)
+
+
+def _cb(
+    name: str, test: Split, source: str = UNVERIFIED, *, train: Split | None = None, differs: str = "", **kw
+) -> HubMirror:
+    """A clip_benchmark mirror `clip-benchmark/wds_<name>` (its `test` split, and `train` where counted)."""
+    splits = {"test": test} | ({"train": train} if train else {})
+    return HubMirror(
+        f"clip-benchmark/wds_{name}", CLIP_BENCHMARK_LAYOUT, splits, source, differs=differs, **kw
+    )
+
+
+_VAL_IS_TEST = {"split_names": {"validation": "test"}}  # clip_benchmark exports ImageNet's validation as test
+MIRRORS: dict[str, tuple[HubMirror, ...]] = {
+    "imagenet": (
+        _cb("imagenet1k", Split(50_000, 1000), **_VAL_IS_TEST),
+        HubMirror(
+            "ILSVRC/imagenet-1k",
+            "hf",
+            {"train": Split(1_281_167, 1000), "validation": Split(50_000, 1000)},
+            "the publisher's splits (parquet, a ClassLabel; gated: accept its terms, huggingface-cli login)",
+        ),
+    ),
+    "imagenet-v2": (_cb("imagenetv2", Split(10_000, 1000)),),
+    "imagenet-r": (_cb("imagenet-r", Split(30_000, 200)),),
+    "imagenet-a": (_cb("imagenet-a", Split(7_500, 200)),),
+    "imagenet-sketch": (_cb("imagenet_sketch", Split(50_889, 1000)),),
+    "objectnet": (
+        _cb(
+            "objectnet",
+            Split(18_574, 113),
+            differs="clip_benchmark's ObjectNet: its 113 class names scored as classes, not FLYP / WiSE-FT's "
+            "maximum over each folder's ImageNet classes",
+        ),
+    ),
+    "cars": (_cb("cars", Split(8_041, 196)),),
+    "aircraft": (_cb("fgvc_aircraft", Split(3_333, 100)),),
+    "food101": (_cb("food101", Split(25_250, 101)),),
+    "sun397": (
+        _cb(
+            "sun397",
+            Split(None, 397),
+            "not counted: clip_benchmark's SUN397 split is its own (its size could not be verified)",
+            differs="clip_benchmark's SUN397 split, not the CLIP paper's first partition (19,850 test)",
+        ),
+    ),
+    "caltech101": (_cb("vtab-caltech101", Split(6_084, 102)),),
+    "cifar10": (_cb("vtab-cifar10", Split(10_000, 10)),),
+    "cifar100": (_cb("vtab-cifar100", Split(10_000, 100)),),
+    "dtd": (_cb("vtab-dtd", Split(1_880, 47)),),
+    "flowers": (_cb("vtab-flowers", Split(6_149, 102)),),
+    "pets": (_cb("vtab-pets", Split(3_669, 37)),),
+    "eurosat": (
+        _cb(
+            "vtab-eurosat",
+            Split(5_400, 10),
+            "the mirror's dataset viewer: 16,200 train and 5,400 test rows (VTAB's tfds split of EuroSAT)",
+            train=Split(16_200, 10),
+            differs="VTAB's EuroSAT: 5,400 test images (tfds' split), not the whole 27,000 that "
+            "eurosat:<folder> scores",
+        ),
+    ),
+    "flickr30k": (
+        _cb(
+            "flickr30k",
+            Split(1_000, None, 5_000),
+            "Karpathy's test split as clip_benchmark exports it (viewer: 1k test rows), 5 captions an image",
+        ),
+    ),
+    "flickr8k": (_cb("flickr8k", Split(1_000, None, 5_000)),),
+    "mscoco": (_cb("mscoco_captions", Split(5_000, None, 25_010)),),
+    "cc3m": (
+        HubMirror(
+            "pixparse/cc3m-wds",
+            "webdataset",
+            {"train": Split(None), "validation": Split(None)},
+            "not counted: cc3m-train-*.tar and cc3m-validation-*.tar shards in one folder",
+        ),
+    ),
+}
+
+
+def _with_mirrors(benchmark: Benchmark) -> Benchmark:
+    """`benchmark` with its Hub mirrors, and the clip_benchmark layout among its layouts where it has one."""
+    mirrors = MIRRORS.get(benchmark.key, ())
+    layouts = benchmark.layouts
+    if any(m.layout == CLIP_BENCHMARK_LAYOUT for m in mirrors):
+        layouts = (*layouts, CLIP_BENCHMARK_LAYOUT)
+    return replace(benchmark, mirrors=mirrors, layouts=layouts)
+
+
+BENCHMARKS: dict[str, Benchmark] = {key: _with_mirrors(b) for key, b in _PUBLISHED.items()}
+
+
+def benchmark_of_repo(repo_id: str) -> Benchmark | None:
+    """The benchmark whose registered Hub mirror is `repo_id` (exactly), None for any other repo."""
+    return next((b for b in BENCHMARKS.values() if b.mirror(repo_id=repo_id)), None)
+
+
 def benchmark_of(name: str | None) -> Benchmark | None:
-    """The benchmark a registry name stands for: its `<key>:` prefix, else (as the zero-shot templates are
-    found) a path component naming it ("imagefolder:/data/imagenet-r", "hf:uoft-cs/cifar10"); None for a
-    user's own data."""
+    """The benchmark a registry name stands for: its `<key>:` prefix (or another spelling of a key), or a
+    registered Hub mirror (`hf:clip-benchmark/wds_cars`); None for a user's own data, whatever a path in it
+    is named ("imagefolder:/data/imagenet-r", "hf:uoft-cs/cifar10")."""
     if not name:
         return None
     prefix = name.partition(":")[0]
     if prefix in BENCHMARKS:
         return BENCHMARKS[prefix]
+    if is_hub_spec(name):
+        return benchmark_of_repo(parse_hub_spec(name).repo_id)
     table = {_normalise(key): key for key in BENCHMARKS} | {
         _normalise(b.title): k for k, b in BENCHMARKS.items()
     }
@@ -520,7 +661,8 @@ _KEY_ALIASES = {
 
 @dataclass(frozen=True)
 class Counts:
-    """What a loaded split holds against its official counts (`complete` when nothing is missing or extra)."""
+    """What a loaded split holds against its official counts (`complete` when nothing is missing or extra);
+    for a Hub mirror, against the mirror's own counts, with the mirror named (`source`)."""
 
     benchmark: str
     split: str
@@ -531,6 +673,8 @@ class Counts:
     texts: int | None = None
     official_texts: int | None = None
     missing_classes: tuple[str, ...] = ()
+    source: str | None = None  # a Hub mirror's repo and where its counts come from, when the data are one
+    differs: str | None = None  # where scoring that mirror differs from the paper's protocol
 
     @property
     def complete(self) -> bool:

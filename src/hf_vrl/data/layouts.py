@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,10 @@ from datasets import ClassLabel, Dataset
 from hf_vrl.errors import UserError
 from hf_vrl.metrics.mmvp import load_mmvp_vlm
 
-from . import captions, cub, fine_grained, imagenet, packed, transfer, webdataset, wilds
-from .benchmarks import BENCHMARKS, Benchmark, Counts
+from . import captions, clip_benchmark, cub, fine_grained, imagenet, packed, transfer, webdataset, wilds
+from .benchmarks import BENCHMARKS, CLIP_BENCHMARK_LAYOUT, Benchmark, Counts, HubMirror, Split
 from .generic import resolve_columns, to_contract
+from .hub import is_hub_spec
 from .images import DecodeTransform
 from .offline import subsample
 from .readers import (
@@ -137,6 +139,13 @@ def all_layouts() -> dict[str, Layout]:
             lambda root, split, benchmark: webdataset.load_image_text(str(root)),
         ),
         Layout(
+            CLIP_BENCHMARK_LAYOUT,
+            "clip_benchmark's webdataset layout (hf:clip-benchmark/wds_<name> or its folder): "
+            "<split>/nshards.txt, <split>/<i>.tar, classnames.txt, zeroshot_classification_templates.txt",
+            clip_benchmark.find_mirror,
+            clip_benchmark.load_mirror,
+        ),
+        Layout(
             "mmvp",
             "the official MMVP-VLM folder: Questions.csv and 'MLLM_VLM Images/<Type>/<qid>.jpg'",
             lambda root: root if (root / "Questions.csv").is_file() else None,
@@ -167,13 +176,7 @@ def resolve(benchmark: Benchmark, source: str) -> tuple[Layout, Path | str]:
         prefix, target = "", source
     target = os.path.expanduser(target)
     if prefix == "hf":
-        copy = next((name for name in benchmark.layouts if name in ("hf", "hf-captions")), None)
-        if copy is None:
-            raise UserError(
-                f"{benchmark.title} is not read from a datasets copy: expected {expected(benchmark)}"
-            )
-        found = find_datasets_copy(Path(target)) if Path(target).exists() else None
-        return all_layouts()[copy], found or target
+        return _resolve_hf(benchmark, target)
     folder = Path(target)
     if not folder.exists():
         raise UserError(f"{benchmark.title}: {folder} does not exist; expected {expected(benchmark)}")
@@ -186,6 +189,25 @@ def resolve(benchmark: Benchmark, source: str) -> tuple[Layout, Path | str]:
     raise UserError(f"{folder} is not a {benchmark.title} layout; expected {expected(benchmark)}")
 
 
+def _resolve_hf(benchmark: Benchmark, target: str) -> tuple[Layout, Path | str]:
+    """(layout, source) of `hf:<target>`: a Hub repo in clip_benchmark's layout (its `<split>/nshards.txt`),
+    else a `datasets` copy (a Hub id, save_to_disk folder or parquet files)."""
+    spec = f"hf:{target}"
+    if CLIP_BENCHMARK_LAYOUT in benchmark.layouts and is_hub_spec(spec):
+        files = clip_benchmark.SourceFiles.of(spec)
+        if any(name.endswith("/nshards.txt") for name in files.names):
+            return all_layouts()[CLIP_BENCHMARK_LAYOUT], spec
+    copy = next((name for name in benchmark.layouts if name in ("hf", "hf-captions")), None)
+    if copy is None:
+        raise UserError(f"{benchmark.title} is not read from a datasets copy: expected {expected(benchmark)}")
+    found = find_datasets_copy(Path(target)) if Path(target).exists() else None
+    if found is None and Path(target).is_dir() and CLIP_BENCHMARK_LAYOUT in benchmark.layouts:
+        found = clip_benchmark.find_mirror(Path(target))
+        if found is not None:
+            return all_layouts()[CLIP_BENCHMARK_LAYOUT], found
+    return all_layouts()[copy], found or target
+
+
 def published_benchmark(folder: Path) -> str | None:
     """The classification benchmark whose publisher's annotated layout `folder` holds (the first in registry
     order), None when it holds none: a folder given as an image folder (`imagefolder:` or a bare path) is read
@@ -193,9 +215,9 @@ def published_benchmark(folder: Path) -> str | None:
     for key, benchmark in BENCHMARKS.items():
         if benchmark.task != "classification":
             continue
-        for name in benchmark.layouts:
+        for name in benchmark.layouts:  # clip_benchmark's layout is many benchmarks': it names none
             layout = all_layouts()[name]
-            if not layout.tree and layout.find(folder) is not None:
+            if not layout.tree and name != CLIP_BENCHMARK_LAYOUT and layout.find(folder) is not None:
                 return key
     return None
 
@@ -205,10 +227,21 @@ def expected(benchmark: Benchmark) -> str:
     return " or ".join(all_layouts()[name].description for name in benchmark.layouts)
 
 
-def counts_of(dataset: Any, benchmark: Benchmark, split: str) -> Counts:
+def counts_of(dataset: Any, benchmark: Benchmark, split: str, mirror: HubMirror | None = None) -> Counts:
     """`dataset`'s images (pairs), classes present (the fine level where there is one) and captions against
-    the official counts of `split`."""
-    official = benchmark.splits[split]
+    the official counts of `split` (a `mirror`'s own counts of it, when the data are that mirror's)."""
+    official = (
+        benchmark.splits[split] if mirror is None else mirror.splits.get(mirror.split(split), Split(None))
+    )
+    counts = _counts(dataset, benchmark, split, official)
+    if mirror is None:
+        return counts
+    return replace(
+        counts, source=f"{mirror.repo_id} ({mirror.counts_source})", differs=mirror.differs or None
+    )
+
+
+def _counts(dataset: Any, benchmark: Benchmark, split: str, official: Split) -> Counts:
     if benchmark.task == "retrieval":
         texts = sum(len(c) for c in dataset["caption"][:])
         return Counts(
@@ -244,10 +277,11 @@ def load_benchmark(
     benchmark = BENCHMARKS[key]
     official = benchmark.split(split)
     layout, folder = resolve(benchmark, source)
-    dataset = layout.load(folder, official, benchmark)
+    mirror = benchmark.mirror(layout.name) if layout.name == CLIP_BENCHMARK_LAYOUT else None
+    dataset = layout.load(folder, mirror.split(official) if mirror else official, benchmark)
     if level is not None:
         dataset = fine_grained.at_level(dataset, level, benchmark)
-    return dataset, counts_of(dataset, benchmark, official)
+    return dataset, counts_of(dataset, benchmark, official, mirror)
 
 
 def subset(dataset: Any, limit: int | None, seed: int) -> Any:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import PurePosixPath
 
 import numpy as np
 
@@ -444,19 +443,18 @@ def template_set_for(dataset_name: str | None) -> str | None:
     it has no set (see `zero_shot_templates`).
 
     Accepts set names and their aliases in any case and spelling ("CIFAR-10", "fgvc_aircraft", "cars") and the
-    data registry's names: "cub:<root>" is CUB; for "hf:<id>", "imagefolder:<dir>" and other paths the last
-    path component that names a set wins ("hf:uoft-cs/cifar10" -> "cifar10")."""
+    data registry's names by their key ("cub:<root>" is CUB); a path's name says nothing ("hf:uoft-cs/cifar10"
+    and "imagefolder:/data/cifar10" are a user's data: `cifar10:<where>` names the benchmark)."""
     return _named_in(dataset_name, _TEMPLATE_SETS)
 
 
 def _named_in(dataset_name: str | None, table: dict[str, str]) -> str | None:
-    """`table`'s value for the first of the name, its registry prefix, or a path component (last first)."""
+    """`table`'s value for the name itself or its registry prefix ("cifar10", "imagenet-r:/data/x"); never a
+    path's name: a user's folder under ".../cars/" is a user's folder (issue 34)."""
     if not dataset_name:
         return None
     prefix, _, target = dataset_name.partition(":")
-    candidates = [dataset_name, prefix] if target else [dataset_name]
-    candidates += reversed(PurePosixPath(target or dataset_name).parts)
-    for candidate in candidates:
+    for candidate in [dataset_name, prefix] if target else [dataset_name]:
         found = table.get(_normalise(candidate))
         if found is not None:
             return found

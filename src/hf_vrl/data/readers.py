@@ -24,6 +24,7 @@ from datasets import ClassLabel, Dataset, Value
 from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
+from .hub import dataset_file, dataset_repo_files, is_hub_spec, parse_hub_spec
 from .images import DecodeTransform
 from .prompts import IMAGENET_FAMILY, _normalise, captions_for_labels, imagenet_class_wnids
 from .schema import LABEL, contract_features
@@ -32,6 +33,7 @@ from .webdataset import IMAGE_EXTENSIONS
 
 __all__ = [
     "Layout",
+    "SourceFiles",
     "class_folders",
     "find_datasets_copy",
     "folder_with",
@@ -58,6 +60,36 @@ class Layout:
     find: Callable[[Path], Path | None]
     load: Callable[[Path, str, Benchmark], Dataset]
     tree: bool = False
+
+
+@dataclass(frozen=True)
+class SourceFiles:
+    """The files of a source, local or on the Hub, read alike: `names` relative to its root (posix), `fetch`
+    a local path for one of them (a Hub file is downloaded into the Hub cache online, read from it offline:
+    `hf_vrl.data.hub`)."""
+
+    where: str  # the folder, or hf:<org>/<name>[/<path>]
+    names: tuple[str, ...]
+    fetch: Callable[[str], Path]
+
+    @classmethod
+    def of(cls, source: Path | str) -> SourceFiles:
+        """The files of a folder or of `hf:<org>/<name>[@<revision>][/<path>]` (the files under `path`)."""
+        if isinstance(source, str) and is_hub_spec(source):
+            spec = parse_hub_spec(source)
+            prefix = spec.path.strip("/") + "/" if spec.path.strip("/") else ""
+            files = dataset_repo_files(spec.repo_id, spec.revision)
+            names = tuple(f[len(prefix) :] for f in files if f.startswith(prefix))
+            return cls(
+                str(spec), names, lambda name: dataset_file(spec.repo_id, prefix + name, spec.revision)
+            )
+        root = Path(source)
+        names = tuple(sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()))
+        return cls(str(root), names, lambda name: root / name)
+
+    def text(self, name: str) -> str | None:
+        """The text of file `name`, None when the source has no such file."""
+        return self.fetch(name).read_text(encoding="utf-8") if name in self.names else None
 
 
 def image_files(folder: Path) -> list[Path]:

@@ -27,10 +27,12 @@ from datasets import Dataset, IterableDataset
 
 from hf_vrl.errors import UserError
 
-from . import cub, fine_grained, generic, offline, toy, webdataset
+from . import clip_benchmark, cub, fine_grained, generic, offline, toy, webdataset
 from .benchmarks import BENCHMARKS
+from .hub import is_hub_spec
 from .images import SampleFilter
 from .layouts import load_benchmark, published_benchmark, resolve, subset
+from .readers import SourceFiles
 
 SHAPES_SPLIT_SIZES = {"train": 2000, "test": 500}
 HIERARCHIES = ("cub", "aircraft", "cars")  # their own loaders: label = the coarse level (CLUE's reading)
@@ -91,6 +93,34 @@ def _published(prefix: str, target: str) -> str:
     return (prefix == "imagefolder" and published_benchmark(Path(target))) or prefix
 
 
+def _is_mirror(source: str) -> bool:
+    """Whether `source` (a folder, or `hf:<org>/<name>`) is in clip_benchmark's layout."""
+    if is_hub_spec(source):
+        return any(name.endswith("/nshards.txt") for name in SourceFiles.of(source).names)
+    return clip_benchmark.find_mirror(Path(source)) is not None
+
+
+def mirror_source(name: str) -> tuple[str, str | None] | None:
+    """(where, split) of the clip_benchmark layout `name` reads: `<key>:<where>`, `hf:<org>/<name>`, `hf:`
+    or a bare folder in that layout (split None: the one asked for), or `webdataset:<where>/<split>/*.tar`,
+    one of its splits' shards; None for any other data."""
+    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    target = os.path.expanduser(target)
+    if prefix in ("webdataset", "parquet", "csv"):
+        try:
+            folders = {Path(f).parent for f in webdataset.resolve_files(target)}
+        except (FileNotFoundError, ValueError):
+            return None
+        folder = folders.pop() if len(folders) == 1 else None
+        found = folder is not None and (folder / "nshards.txt").is_file()
+        return (str(folder.parent), folder.name) if found else None
+    if prefix == "hf" and is_hub_spec(name):
+        target = name
+    elif prefix not in ("", "hf", *BENCHMARKS, *LEVEL_PREFIXES) or prefix in ("cub", "cc3m"):
+        return None
+    return (target, None) if (is_hub_spec(target) or Path(target).is_dir()) and _is_mirror(target) else None
+
+
 def load_dataset_by_name(
     name: str,
     split: str = "train",
@@ -115,6 +145,9 @@ def load_dataset_by_name(
         return ds.to_iterable_dataset() if streaming else ds
     prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
     target = os.path.expanduser(target)
+    mirror = mirror_source(name) if prefix in ("", "hf", "webdataset") else None
+    if mirror is not None:  # clip_benchmark's layout: its own classes, templates and captions
+        return subset(clip_benchmark.load_mirror(mirror[0], mirror[1] or split), limit, seed)
     prefix = _published(prefix, target) if prefix else _detect(target)
     common: dict[str, Any] = {"limit": limit, "seed": seed}
     if sample_filter is not None:
@@ -150,7 +183,7 @@ def is_streamed(name: str) -> bool:
         prefix = prefix or _detect(os.path.expanduser(target))
     except FileNotFoundError:
         return False
-    return prefix in ("webdataset", "parquet", "csv")
+    return prefix in ("webdataset", "parquet", "csv") and mirror_source(name) is None
 
 
 def check_dataset_name(name: str, what: str = "--dataset") -> None:
