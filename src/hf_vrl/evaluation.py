@@ -293,16 +293,6 @@ def zero_shot_prompts(
     return ZeroShotPrompts(tuple(prompts.zero_shot_templates(dataset_name)), fill, source)
 
 
-def _key_of_mirror(name: str | None) -> str | None:
-    """`name`, or for a registered Hub mirror (`hf:ILSVRC/imagenet-1k`) its benchmark's key, by which its
-    templates and class names are found (a path's name says nothing: `hf_vrl.data.prompts`)."""
-    from hf_vrl.data.benchmarks import benchmark_of_repo
-    from hf_vrl.data.hub import is_hub_spec, parse_hub_spec
-
-    benchmark = benchmark_of_repo(parse_hub_spec(name).repo_id) if name and is_hub_spec(name) else None
-    return benchmark.key if benchmark else name
-
-
 def mirror_templates(mirror: Any) -> ZeroShotPrompts:
     """A clip_benchmark mirror's own templates, filled as clip_benchmark fills them (`{c}`)."""
     from hf_vrl.data.clip_benchmark import TEMPLATES, fill_mirror_template
@@ -464,7 +454,7 @@ def _retrieval(run: _Run) -> dict[str, Any]:
         recall = metrics.cb_retrieval_recall(run.image, embedded, owner, ks, batch_size=run.batch_size)
     else:
         recall = metrics.retrieval_recall(run.image, embedded, ks, mapping)
-    return {**recall, "n_images": len(run.dataset), "n_texts": len(texts), "protocol": run.protocol}
+    return {**recall, "n_texts": len(texts), "protocol": run.protocol}
 
 
 def _clustering(run: _Run) -> dict[str, Any]:
@@ -620,11 +610,12 @@ def evaluate_clip(
     zero-shot prompts its own class names with its own templates (unless `templates` is given).
     With `return_embeddings`, also returns {"image", "labels", "class_names"} for figures.
     """
+    from hf_vrl.data.benchmarks import benchmark_name
     from hf_vrl.data.schema import class_names_of
 
     tasks = _check_tasks(tasks)
     check_image_model(model)
-    dataset_name = _key_of_mirror(
+    dataset_name = benchmark_name(
         dataset_name or getattr(getattr(dataset, "info", None), "dataset_name", None)
     )
     prompts = zero_shot_prompts(protocol, dataset_name, templates)

@@ -192,7 +192,7 @@ def test_flickr_mirror_keeps_every_caption_and_records_the_counts(hub_cache, tin
     argv += ["--allow-partial", "--no-figures", "--output-dir", str(out)]
     assert eval_command.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
-    assert report["retrieval"]["n_texts"] == 20 and report["retrieval"]["n_images"] == 4
+    assert report["retrieval"]["n_texts"] == 20 and report["n_samples"] == 4
     assert report["counts"]["test"]["described"] == "4 of 1,000 images, 20 of 5,000 captions"
     dataset, _ = load_counted_dataset(
         "flickr30k:hf:clip-benchmark/wds_flickr30k", split="test", allow_partial=True

@@ -33,6 +33,7 @@ __all__ = [
     "HubMirror",
     "Counts",
     "Split",
+    "benchmark_name",
     "benchmark_of",
     "benchmark_of_repo",
     "openai_class_names",
@@ -630,6 +631,13 @@ def openai_class_names(dataset_name: str | None, names: list[str] | None) -> lis
     if len(names) == 1000:
         return list(IMAGENET_CLASSNAMES)
     return None
+
+
+def benchmark_name(name: str | None) -> str | None:
+    """The key of the benchmark `name` stands for (`benchmark_of`: its key, a registered Hub mirror such as
+    `hf:ILSVRC/imagenet-1k`), by which its templates and class names are found; else `name` itself."""
+    benchmark = benchmark_of(name)
+    return benchmark.key if benchmark else name
 
 
 # other spellings of the keys (compared after normalisation), as the template sets and folders name them

@@ -414,19 +414,21 @@ class DiVEMethod(Method):
     def _templates(self) -> list[str]:
         """The caption templates: the settings', else OpenAI's 80 for an ImageNet-family target (the paper's,
         FLYP's), else hf_vrl's caption templates."""
+        from hf_vrl.data.benchmarks import benchmark_name
         from hf_vrl.data.prompts import CAPTION_TEMPLATES, IMAGENET_TEMPLATES, imagenet_family
 
         if self.settings.templates:
             return list(self.settings.templates)
-        return list(IMAGENET_TEMPLATES if imagenet_family(self.config.data.dataset) else CAPTION_TEMPLATES)
+        family = imagenet_family(benchmark_name(self.config.data.dataset))
+        return list(IMAGENET_TEMPLATES if family else CAPTION_TEMPLATES)
 
     def _class_names(self, rows: Any) -> list[str]:
         """The target's class names in its training captions: OpenAI's curated names for ImageNet-family data
         (as the evaluation prompts them, `hf_vrl.data.benchmarks.openai_class_names`), else its own."""
-        from hf_vrl.data.benchmarks import openai_class_names
+        from hf_vrl.data.benchmarks import benchmark_name, openai_class_names
 
         names = list(rows.features["label"].names)
-        return openai_class_names(self.config.data.dataset, names) or names
+        return openai_class_names(benchmark_name(self.config.data.dataset), names) or names
 
     def evaluate(self, model: nn.Module, when: str) -> dict[str, Any] | None:
         """ID / OOD / transfer / RSA as `evaluate_dive` computes them, in the run report's metric names."""
