@@ -112,6 +112,7 @@ def _scores(
         table.data.load(key),
         tasks=[task],
         dataset_name=key,
+        mirror=table.data.mirror(key),
         batch_size=args.batch_size,
         seed=args.seed,
     )

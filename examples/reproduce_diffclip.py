@@ -184,6 +184,7 @@ def _scores(
         tasks=[task],
         protocol="clip_benchmark",
         dataset_name=key,
+        mirror=table.data.mirror(key),
         batch_size=args.batch_size,
         seed=args.seed,
     )

@@ -4,7 +4,9 @@
 
 A benchmark is one of `hf_vrl.data.benchmarks` (its key): `--source KEY=NAME[@SPLIT]` names it (a folder in
 one of its published layouts, `hf:<Hub id>`, `imagefolder:<dir>`), else `<data-root>/<KEY>/` holds it in one
-of its layouts (`layouts_help` lists them; each script's --help prints its own). Every set a table needs is
+of its layouts (`layouts_help` lists them; each script's --help prints its own), else (no --data-root) its
+Hub mirror is read (`hf:clip-benchmark/wds_<name>`: online from the Hub, offline from the local Hub cache),
+scored with the mirror's own class names and templates and noted beside the table. Every set a table needs is
 loaded and counted against the official numbers before the first model is loaded (`TableData`): a partial
 copy is refused in one line, or, with --allow-partial, scored and marked beside the table with its counts.
 FGVC-Aircraft and Stanford Cars are scored at their fine level (100 variants, 196 models), as the papers do.
@@ -110,7 +112,7 @@ def data_help(keys: Sequence[str], lead: str | None = None, only: Sequence[str] 
 
     lead = lead or (
         "--data-root DIR holds one folder per benchmark, named by its key (or --source KEY=PATH|hf:<id>"
-        "[@SPLIT] points at one), in one of its published layouts:"
+        "[@SPLIT] points at one), in one of its published layouts; without either, its Hub mirror is read:"
     )
     return f"{lead}\n{layouts_help(keys, only)}"
 
@@ -121,7 +123,7 @@ def _source(key: str, data_root: str | Path | None, sources: Mapping[str, str]) 
         name, at, given = sources[key].rpartition("@")
         return (name, given) if at and "/" not in given else (sources[key], None)
     if data_root is None:
-        raise UserError(f"no data for {key}: pass --data-root DIR (with {key}/ in it) or --source {key}=PATH")
+        return _hub_mirror(key), None
     folder = Path(data_root) / key
     if not folder.is_dir():
         from hf_vrl.data.benchmarks import BENCHMARKS
@@ -129,6 +131,23 @@ def _source(key: str, data_root: str | Path | None, sources: Mapping[str, str]) 
 
         raise UserError(f"{folder} is missing: put {key} there as {expected(BENCHMARKS[key])}")
     return str(folder), None
+
+
+def _hub_mirror(key: str) -> str:
+    """`hf:<repo>` of benchmark `key`'s Hub mirror, read when neither --data-root nor --source names it
+    (clip_benchmark's where there is one; online from the Hub, offline from the local Hub cache)."""
+    from hf_vrl.data.benchmarks import BENCHMARKS, CLIP_BENCHMARK_LAYOUT
+
+    benchmark = BENCHMARKS[key]
+    mirror = benchmark.mirror(CLIP_BENCHMARK_LAYOUT) or next(
+        (m for m in benchmark.mirrors if m.layout in benchmark.layouts), None
+    )
+    if mirror is None:
+        raise UserError(
+            f"no data for {key} (it has no Hub mirror): pass --data-root DIR (with {key}/ in it) or "
+            f"--source {key}=PATH"
+        )
+    return f"hf:{mirror.repo_id}"
 
 
 @dataclass
@@ -143,12 +162,16 @@ class TableData:
     seed: int = 0
     loaded: dict[tuple[str, str], Any] = field(default_factory=dict)
     counts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mirrors: dict[str, Any] = field(
+        default_factory=dict
+    )  # key -> its clip_benchmark mirror's names, templates
 
     def load(self, key: str, split: str = "test", *, limit: int | None = None) -> Any:
         """Benchmark `key`'s `split` (a seeded subset of `limit`, default the table's --limit)."""
         if (key, split) not in self.loaded:
             from hf_vrl.data.benchmarks import BENCHMARKS, check_counts
             from hf_vrl.data.layouts import load_benchmark, subset
+            from hf_vrl.evaluation import mirror_prompts
 
             where, asked = _source(key, self.data_root, self.sources)
             dataset, counts = load_benchmark(key, where, asked or split, level=FINE_LEVELS.get(key))
@@ -159,7 +182,14 @@ class TableData:
                 record |= {"complete": False, "described": f"{counts.describe()}, a seeded subset of {limit}"}
             self.counts[f"{key}/{BENCHMARKS[key].split(asked or split)}"] = record
             self.loaded[(key, split)] = subset(dataset, limit, self.seed)
+            if counts.source is not None:
+                self.mirrors[key] = mirror_prompts(where)
         return self.loaded[(key, split)]
+
+    def mirror(self, key: str) -> Any:
+        """The clip_benchmark mirror `key` was read from (its own class names and templates, which zero-shot
+        uses: `hf_vrl.evaluation.evaluate_clip`), None for a local layout."""
+        return self.mirrors.get(key)
 
     def mmvp(self) -> Any:
         """MMVP-VLM's pairs (`hf_vrl.metrics.load_mmvp_vlm`), counted like the other sets."""
@@ -183,12 +213,18 @@ class TableData:
         return any(not record["complete"] for record in self.records(key).values())
 
     def notes(self) -> list[str]:
-        """One line per partial set, for beside the table."""
-        return [
+        """One line per partial set, and per set scored on a Hub mirror (which, and where it differs from the
+        paper's protocol), for beside the table."""
+        lines = [
             f"{PARTIAL} {name}: {record['described']} (not the paper's set)"
             for name, record in self.counts.items()
             if not record["complete"]
         ]
+        for name, record in self.counts.items():
+            if record.get("source"):
+                differs = f"; differs from the paper: {record['differs']}" if record.get("differs") else ""
+                lines.append(f"{name}: scored on the Hub mirror {record['source']}{differs}")
+        return lines
 
 
 class LazyModels(Mapping):
@@ -439,7 +475,11 @@ def add_model_and_data_arguments(parser: Any, *, model_required: bool, model_exa
         metavar="[LABEL=]PATH",
         help=f"a model to evaluate (repeatable); LABEL names its row, e.g. {model_example}",
     )
-    parser.add_argument("--data-root", help="the folder holding one folder per benchmark (layouts above)")
+    parser.add_argument(
+        "--data-root",
+        help="the folder holding one folder per benchmark (layouts above); without it (and --source), each "
+        "benchmark's Hub mirror (hf:clip-benchmark/wds_<name>)",
+    )
     parser.add_argument(
         "--source",
         action="append",

@@ -261,3 +261,20 @@ def test_the_task_decides_the_label_level_whatever_key_names_the_data(tmp_path):
         load_counted_dataset(
             f"cars:{root}", split="test", allow_partial=True, tasks=["granularity", "zero_shot"]
         )
+
+
+def test_reproduce_tables_read_the_hub_mirror_without_a_data_root(hub_cache, tmp_path, monkeypatch):
+    """`reproduce_*.py --table N` with nothing on disk: each set from its Hub mirror (here the local Hub
+    cache), scored with the mirror's names and noted beside the table; one line when the cache lacks it."""
+    from hf_vrl.paper_eval import TableData
+
+    data = TableData(None, {}, allow_partial=True)
+    dataset = data.load("eurosat")
+    assert _names(dataset)[:2] == ["forest", "annual crop land"]
+    assert data.mirror("eurosat").class_names == tuple(EUROSAT_NAMES)
+    note = [line for line in data.notes() if "Hub mirror" in line]
+    assert note and "clip-benchmark/wds_vtab-eurosat" in note[0] and "27,000" in note[0]
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(UserError, match="not in the local Hub cache") as error:
+        TableData(None, {}).load("cifar10")
+    assert len(str(error.value).splitlines()) == 1
