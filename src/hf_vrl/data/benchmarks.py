@@ -534,6 +534,7 @@ MIRRORS: dict[str, tuple[HubMirror, ...]] = {
     ),
     "caltech101": (_cb("vtab-caltech101", Split(6_084, 102)),),
     "cifar10": (_cb("vtab-cifar10", Split(10_000, 10)),),
+    "mnist": (_cb("mnist", Split(10_000, 10)),),
     "cifar100": (_cb("vtab-cifar100", Split(10_000, 100)),),
     "dtd": (_cb("vtab-dtd", Split(1_880, 47)),),
     "flowers": (_cb("vtab-flowers", Split(6_149, 102)),),
