@@ -100,7 +100,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--reference-model", help="model to compare against for the rsa task (e.g. the pre-trained)"
     )
     parser.add_argument(
-        "--mmvp-dir", help="MMVP-VLM folder (Questions.csv + 'MLLM_VLM Images/') to score as well"
+        "--mmvp-dir",
+        help="MMVP-VLM folder (Questions.csv + 'MLLM_VLM Images/'), or hf:MMVP/MMVP_VLM, to score as well",
     )
     parser.add_argument("--output-dir", required=True, help="folder for report.json and the figures")
     parser.add_argument("--batch-size", type=int, default=64, help="embedding batch size (default: 64)")
@@ -198,10 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     if mmvp is not None:
         from hf_vrl.data.benchmarks import BENCHMARKS
         from hf_vrl.data.layouts import counts_of
+        from hf_vrl.data.readers import local_copy
         from hf_vrl.metrics import load_mmvp_vlm
 
-        mmvp = load_mmvp_vlm(mmvp, allow_partial=args.allow_partial)
-        counts["mmvp"] = counts_of(mmvp, BENCHMARKS["mmvp_vlm"], "test").as_dict()
+        mirror = BENCHMARKS["mmvp_vlm"].mirror(repo_id=mmvp.removeprefix("hf:"))
+        mmvp = load_mmvp_vlm(local_copy(mmvp), allow_partial=args.allow_partial)
+        counts["mmvp"] = counts_of(mmvp, BENCHMARKS["mmvp_vlm"], "test", mirror).as_dict()
     model, image_processor, tokenizer = evaluation.load_model_and_processors(
         args.model, trust_remote_code=remote
     )

@@ -196,11 +196,14 @@ class TableData:
         if ("mmvp_vlm", "test") not in self.loaded:
             from hf_vrl.data.benchmarks import BENCHMARKS
             from hf_vrl.data.layouts import counts_of
+            from hf_vrl.data.readers import local_copy
             from hf_vrl.metrics import load_mmvp_vlm
 
             where, _ = _source("mmvp_vlm", self.data_root, self.sources)
-            pairs = load_mmvp_vlm(where, allow_partial=self.allow_partial)
-            self.counts["mmvp_vlm/test"] = counts_of(pairs, BENCHMARKS["mmvp_vlm"], "test").as_dict()
+            pairs = load_mmvp_vlm(local_copy(where), allow_partial=self.allow_partial)
+            benchmark = BENCHMARKS["mmvp_vlm"]
+            mirror = benchmark.mirror(repo_id=where.removeprefix("hf:"))
+            self.counts["mmvp_vlm/test"] = counts_of(pairs, benchmark, "test", mirror).as_dict()
             self.loaded[("mmvp_vlm", "test")] = pairs
         return self.loaded[("mmvp_vlm", "test")]
 

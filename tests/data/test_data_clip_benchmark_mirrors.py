@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_fixtures import hub_cache_repo, jpeg, tar_bytes
+from hub_fixtures import hub_cache_repo, imagenet_wds_files, jpeg, tar_bytes
 from huggingface_hub import constants
 from PIL import Image
 
@@ -278,3 +278,37 @@ def test_reproduce_tables_read_the_hub_mirror_without_a_data_root(hub_cache, tmp
     with pytest.raises(UserError, match="not in the local Hub cache") as error:
         TableData(None, {}).load("cifar10")
     assert len(str(error.value).splitlines()) == 1
+
+
+def test_timm_imagenet_wds_labels_each_sample_by_its_cls_and_keeps_splits_apart(hub_cache):
+    """timm/imagenet-1k-wds (imagenet1k-{train,validation}-NNNN.tar, .cls = ImageNet's class index): the
+    validation split reads only the validation shards, labelled in ImageNet's WordNet ids."""
+    hub_cache_repo(hub_cache, "timm/imagenet-1k-wds", imagenet_wds_files(train=[4], validation=[3]))
+    name = "imagenet:hf:timm/imagenet-1k-wds"
+    validation, record = load_counted_dataset(name, split="validation", allow_partial=True)
+    assert _names(validation) == [
+        "n01494475",
+        "n01496331",
+        "n01498041",
+    ]  # .cls 4, 5, 6: hammerhead, ray, stingray
+    assert record["described"] == "3 of 50,000 images, 3 of 1,000 classes"
+    assert record["source"].startswith("timm/imagenet-1k-wds")
+    train = load_dataset_by_name(name, split="train")
+    assert _names(train) == ["n01440764", "n01443537", "n01484850", "n01491361"]
+    assert not set(train["key"]) & set(validation["key"])
+
+
+def test_mmvp_vlm_from_the_hub(hub_cache, tiny_clip, tmp_path):
+    """MMVP/MMVP_VLM holds the official layout (Questions.csv, 'MLLM_VLM Images/<Type>/<qid>.jpg')."""
+    buffer = [("Orientation", "the dog faces left"), ("Orientation", "the dog faces right")]
+    files = {"Questions.csv": b"Question ID,Type,Statement\n", "README.md": b"# MMVP-VLM\n"}
+    for qid, (kind, statement) in enumerate(buffer, start=1):
+        files["Questions.csv"] += f"{qid},{kind},{statement}\n".encode()
+        files[f"MLLM_VLM Images/{kind}/{qid}.jpg"] = jpeg(qid)
+    hub_cache_repo(hub_cache, "MMVP/MMVP_VLM", files)
+    out = tmp_path / "out"
+    argv = ["--model", str(tiny_clip), "--mmvp-dir", "hf:MMVP/MMVP_VLM", "--allow-partial", "--no-figures"]
+    assert eval_command.main([*argv, "--output-dir", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["counts"]["mmvp"]["described"] == "1 of 135 pairs, 1 of 9 categories"
+    assert report["counts"]["mmvp"]["source"].startswith("MMVP/MMVP_VLM") and "mmvp" in report

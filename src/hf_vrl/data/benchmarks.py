@@ -508,6 +508,12 @@ MIRRORS: dict[str, tuple[HubMirror, ...]] = {
             {"train": Split(1_281_167, 1000), "validation": Split(50_000, 1000)},
             "the publisher's splits (parquet, a ClassLabel; gated: accept its terms, huggingface-cli login)",
         ),
+        HubMirror(
+            "timm/imagenet-1k-wds",
+            "timm-wds",
+            {"train": Split(1_281_167, 1000), "validation": Split(50_000, 1000)},
+            "ILSVRC-2012's splits, which its card says it holds (not counted on the mirror itself)",
+        ),
     ),
     "imagenet-v2": (_cb("imagenetv2", Split(10_000, 1000)),),
     "imagenet-r": (_cb("imagenet-r", Split(30_000, 200)),),
@@ -558,6 +564,14 @@ MIRRORS: dict[str, tuple[HubMirror, ...]] = {
     ),
     "flickr8k": (_cb("flickr8k", Split(1_000, None, 5_000)),),
     "mscoco": (_cb("mscoco_captions", Split(5_000, None, 25_010)),),
+    "mmvp_vlm": (
+        HubMirror(
+            "MMVP/MMVP_VLM",
+            "mmvp",
+            {"test": Split(135, 9)},
+            "the official layout on the Hub (Questions.csv and 'MLLM_VLM Images/', 270 images), as published",
+        ),
+    ),
     "cc3m": (
         HubMirror(
             "pixparse/cc3m-wds",
@@ -570,11 +584,11 @@ MIRRORS: dict[str, tuple[HubMirror, ...]] = {
 
 
 def _with_mirrors(benchmark: Benchmark) -> Benchmark:
-    """`benchmark` with its Hub mirrors, and the clip_benchmark layout among its layouts where it has one."""
+    """`benchmark` with its Hub mirrors, and the shard layouts they are in (clip_benchmark's, timm's) among
+    its layouts."""
     mirrors = MIRRORS.get(benchmark.key, ())
     layouts = benchmark.layouts
-    if any(m.layout == CLIP_BENCHMARK_LAYOUT for m in mirrors):
-        layouts = (*layouts, CLIP_BENCHMARK_LAYOUT)
+    layouts += tuple(m.layout for m in mirrors if m.layout in (CLIP_BENCHMARK_LAYOUT, "timm-wds"))
     return replace(benchmark, mirrors=mirrors, layouts=layouts)
 
 

@@ -15,7 +15,6 @@ Images are read lazily from their place in the shard (nothing is copied or decod
 
 from __future__ import annotations
 
-import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +24,8 @@ from datasets import ClassLabel, Dataset, Features, List, Value
 
 from hf_vrl.errors import UserError
 
-from .images import decode_image
 from .prompts import captions_for_labels
-from .readers import SourceFiles
+from .readers import ReadTarMember, SourceFiles, TarSample, tar_samples
 from .schema import CAPTION, IMAGE, LABEL
 
 __all__ = [
@@ -43,7 +41,6 @@ __all__ = [
 CLASSNAMES = "classnames.txt"
 TEMPLATES = "zeroshot_classification_templates.txt"
 DATASET_TYPE = "dataset_type.txt"
-IMAGE_SUFFIXES = ("webp", "png", "jpg", "jpeg")  # clip_benchmark's order of preference
 
 
 @dataclass(frozen=True)
@@ -99,55 +96,11 @@ def fill_mirror_template(template: str, class_name: str) -> str:
     return template.format(c=class_name)
 
 
-@dataclass(frozen=True)
-class _Sample:
-    key: str
-    image: tuple[str, int, int] | None = None  # shard, offset, size
-    label: int | None = None
-    captions: tuple[str, ...] | None = None
-
-
-def _samples(shard: Path, task: str) -> list[_Sample]:
-    """The samples of one shard, grouped by key (a member's name up to its first dot, as webdataset groups
-    them), in shard order."""
-    found: dict[str, dict[str, Any]] = {}
-    with tarfile.open(shard) as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            folder, _, base = member.name.rpartition("/")
-            stem, _, suffix = base.partition(".")
-            sample = found.setdefault(f"{folder}/{stem}" if folder else stem, {})
-            suffix = suffix.lower()
-            if suffix in IMAGE_SUFFIXES and "image" not in sample:
-                sample["image"] = (str(shard), member.offset_data, member.size)
-            elif suffix == "cls" and task == "classification":
-                sample["label"] = int(tar.extractfile(member).read().decode().strip())
-            elif suffix == "txt" and task == "retrieval":
-                sample["captions"] = tuple(tar.extractfile(member).read().decode("utf-8").splitlines())
-    return [_Sample(key, **members) for key, members in found.items()]
-
-
 def _unique(names: Sequence[str]) -> list[str]:
     """`names` with a repeated name marked by its index (a ClassLabel needs distinct names; prompts use the
     mirror's names as they are)."""
     seen = {name: names.count(name) for name in names}
     return [name if seen[name] == 1 else f"{name} (class {i})" for i, name in enumerate(names)]
-
-
-@dataclass(frozen=True)
-class _ReadMember:
-    """`Dataset.with_transform`: the `image` column's (shard, offset, size) read and decoded to RGB."""
-
-    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        if IMAGE not in batch:
-            return batch
-        images = []
-        for where in batch[IMAGE]:
-            with open(where["path"], "rb") as shard:
-                shard.seek(where["offset"])
-                images.append(decode_image(shard.read(where["size"])))
-        return {**batch, IMAGE: images}
 
 
 def load_mirror(source: Path | str, split: str, benchmark: Any = None) -> Dataset:
@@ -168,11 +121,11 @@ def load_mirror(source: Path | str, split: str, benchmark: Any = None) -> Datase
             raise UserError(
                 f"{files.where}: {split}/nshards.txt says {mirror.shards[split]} shards; {name} is missing"
             )
-        samples += _samples(files.fetch(name), mirror.task)
+        samples += tar_samples(files.fetch(name), mirror.task)
     return _dataset(mirror, [s for s in samples if s.image and (s.label is not None or s.captions)])
 
 
-def _dataset(mirror: WdsMirror, samples: list[_Sample]) -> Dataset:
+def _dataset(mirror: WdsMirror, samples: list[TarSample]) -> Dataset:
     where = Features({"path": Value("string"), "offset": Value("int64"), "size": Value("int64")})
     rows: dict[str, list[Any]] = {
         IMAGE: [{"path": s.image[0], "offset": s.image[1], "size": s.image[2]} for s in samples],
@@ -193,4 +146,4 @@ def _dataset(mirror: WdsMirror, samples: list[_Sample]) -> Dataset:
         rows[LABEL] = labels
         rows[CAPTION] = captions_for_labels(labels, names, 0)
         features |= {LABEL: ClassLabel(names=_unique(names)), CAPTION: Value("string")}
-    return Dataset.from_dict(rows, features=Features(features)).with_transform(_ReadMember())
+    return Dataset.from_dict(rows, features=Features(features)).with_transform(ReadTarMember())

@@ -33,7 +33,18 @@ from datasets import ClassLabel, Dataset
 from hf_vrl.errors import UserError
 from hf_vrl.metrics.mmvp import load_mmvp_vlm
 
-from . import captions, clip_benchmark, cub, fine_grained, imagenet, packed, transfer, webdataset, wilds
+from . import (
+    captions,
+    clip_benchmark,
+    cub,
+    fine_grained,
+    imagenet,
+    packed,
+    timm_wds,
+    transfer,
+    webdataset,
+    wilds,
+)
 from .benchmarks import BENCHMARKS, CLIP_BENCHMARK_LAYOUT, Benchmark, Counts, HubMirror, Split
 from .generic import resolve_columns, to_contract
 from .hub import is_hub_spec
@@ -155,6 +166,7 @@ def all_layouts() -> dict[str, Layout]:
     layouts = [
         *generic,
         *imagenet.LAYOUTS,
+        timm_wds.LAYOUT,
         cub.LAYOUT,
         *fine_grained.LAYOUTS,
         *wilds.LAYOUTS,
@@ -190,21 +202,24 @@ def resolve(benchmark: Benchmark, source: str) -> tuple[Layout, Path | str]:
 
 
 def _resolve_hf(benchmark: Benchmark, target: str) -> tuple[Layout, Path | str]:
-    """(layout, source) of `hf:<target>`: a Hub repo in clip_benchmark's layout (its `<split>/nshards.txt`),
-    else a `datasets` copy (a Hub id, save_to_disk folder or parquet files)."""
+    """(layout, source) of `hf:<target>`: a Hub repo (or folder) in one of the benchmark's shard layouts
+    (clip_benchmark's `<split>/nshards.txt`, timm's `imagenet1k-<split>-*.tar`), else a `datasets` copy (a
+    Hub id, save_to_disk folder or parquet files)."""
     spec = f"hf:{target}"
-    if CLIP_BENCHMARK_LAYOUT in benchmark.layouts and is_hub_spec(spec):
-        files = clip_benchmark.SourceFiles.of(spec)
-        if any(name.endswith("/nshards.txt") for name in files.names):
+    shard_layouts = [n for n in (CLIP_BENCHMARK_LAYOUT, timm_wds.LAYOUT.name) if n in benchmark.layouts]
+    if shard_layouts and is_hub_spec(spec):
+        names = clip_benchmark.SourceFiles.of(spec).names
+        if CLIP_BENCHMARK_LAYOUT in shard_layouts and any(n.endswith("/nshards.txt") for n in names):
             return all_layouts()[CLIP_BENCHMARK_LAYOUT], spec
+        if timm_wds.LAYOUT.name in shard_layouts and any(timm_wds.SHARD.fullmatch(n) for n in names):
+            return timm_wds.LAYOUT, spec
     copy = next((name for name in benchmark.layouts if name in ("hf", "hf-captions")), None)
     if copy is None:
         raise UserError(f"{benchmark.title} is not read from a datasets copy: expected {expected(benchmark)}")
     found = find_datasets_copy(Path(target)) if Path(target).exists() else None
-    if found is None and Path(target).is_dir() and CLIP_BENCHMARK_LAYOUT in benchmark.layouts:
-        found = clip_benchmark.find_mirror(Path(target))
-        if found is not None:
-            return all_layouts()[CLIP_BENCHMARK_LAYOUT], found
+    for name in shard_layouts if found is None and Path(target).is_dir() else ():
+        if all_layouts()[name].find(Path(target)) is not None:
+            return all_layouts()[name], Path(target)
     return all_layouts()[copy], found or target
 
 
@@ -267,6 +282,14 @@ def _counts(dataset: Any, benchmark: Benchmark, split: str, official: Split) -> 
     )
 
 
+def _mirror_of(benchmark: Benchmark, layout: Layout, where: Path | str) -> HubMirror | None:
+    """The registered Hub mirror the data are: a copy in a mirror's own layout (clip_benchmark's, timm's), or
+    the mirror's repo read as a `datasets` copy (`hf:ILSVRC/imagenet-1k`); None for other data."""
+    if layout.name not in ("hf", "hf-captions"):
+        return benchmark.mirror(layout.name)
+    return benchmark.mirror(repo_id=str(where).removeprefix("hf:"))
+
+
 def load_benchmark(
     key: str, source: str, split: str = "test", *, level: str | None = None
 ) -> tuple[Any, Counts]:
@@ -277,7 +300,7 @@ def load_benchmark(
     benchmark = BENCHMARKS[key]
     official = benchmark.split(split)
     layout, folder = resolve(benchmark, source)
-    mirror = benchmark.mirror(layout.name) if layout.name == CLIP_BENCHMARK_LAYOUT else None
+    mirror = _mirror_of(benchmark, layout, folder)
     dataset = layout.load(folder, mirror.split(official) if mirror else official, benchmark)
     if level is not None:
         dataset = fine_grained.at_level(dataset, level, benchmark)

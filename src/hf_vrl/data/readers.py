@@ -12,6 +12,7 @@ decoding (`images.py`, `schema.py`).
 from __future__ import annotations
 
 import os
+import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,15 +26,17 @@ from hf_vrl.errors import UserError
 
 from .benchmarks import Benchmark
 from .hub import dataset_file, dataset_repo_files, is_hub_spec, parse_hub_spec
-from .images import DecodeTransform
+from .images import DecodeTransform, decode_image
 from .prompts import IMAGENET_FAMILY, _normalise, captions_for_labels, imagenet_class_wnids
-from .schema import LABEL, contract_features
+from .schema import IMAGE, LABEL, contract_features
 from .transfer_classes import PUBLISHER_CLASSNAMES
 from .webdataset import IMAGE_EXTENSIONS
 
 __all__ = [
     "Layout",
+    "ReadTarMember",
     "SourceFiles",
+    "TarSample",
     "class_folders",
     "find_datasets_copy",
     "folder_with",
@@ -41,11 +44,15 @@ __all__ = [
     "lazy_dataset",
     "load_datasets_copy",
     "loadmat",
+    "local_copy",
     "official_labels",
     "prompt_names",
     "relabel",
     "split_dirs",
+    "tar_samples",
 ]
+
+TAR_IMAGE_SUFFIXES = ("webp", "png", "jpg", "jpeg")  # clip_benchmark's order of preference
 
 
 @dataclass(frozen=True)
@@ -87,9 +94,24 @@ class SourceFiles:
         names = tuple(sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()))
         return cls(str(root), names, lambda name: root / name)
 
+    def local_folder(self) -> Path:
+        """A local folder holding every file (a Hub repo's are fetched into the Hub cache: its snapshot)."""
+        paths = [self.fetch(name) for name in self.names]
+        if not paths:
+            raise UserError(f"{self.where} holds no files")
+        return paths[0].parents[len(Path(self.names[0]).parts) - 1]
+
     def text(self, name: str) -> str | None:
         """The text of file `name`, None when the source has no such file."""
         return self.fetch(name).read_text(encoding="utf-8") if name in self.names else None
+
+
+def local_copy(source: str | Path) -> Path:
+    """A local folder of `source`: a folder as it is, `hf:<org>/<name>` fetched into the Hub cache (online
+    once, offline from the cache) and its snapshot folder (MMVP-VLM's official layout on the Hub)."""
+    if isinstance(source, str) and is_hub_spec(source):
+        return SourceFiles.of(source).local_folder()
+    return Path(source)
 
 
 def image_files(folder: Path) -> list[Path]:
@@ -243,3 +265,52 @@ def load_datasets_copy(target: str, split: str) -> Dataset:
             return loaded[split]
         return loaded
     return datasets.load_dataset(target, split=split)
+
+
+# -- webdataset shards read in place -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TarSample:
+    """A webdataset sample of a shard: its key, where its image is, its `.cls` label or `.txt` captions."""
+
+    key: str
+    image: tuple[str, int, int] | None = None  # shard, offset, size
+    label: int | None = None
+    captions: tuple[str, ...] | None = None
+
+
+def tar_samples(shard: Path, task: str) -> list[TarSample]:
+    """The samples of one shard, grouped by key (a member's name up to its first dot, as webdataset groups
+    them), in shard order."""
+    found: dict[str, dict[str, Any]] = {}
+    with tarfile.open(shard) as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            folder, _, base = member.name.rpartition("/")
+            stem, _, suffix = base.partition(".")
+            sample = found.setdefault(f"{folder}/{stem}" if folder else stem, {})
+            suffix = suffix.lower()
+            if suffix in TAR_IMAGE_SUFFIXES and "image" not in sample:
+                sample["image"] = (str(shard), member.offset_data, member.size)
+            elif suffix == "cls" and task == "classification":
+                sample["label"] = int(tar.extractfile(member).read().decode().strip())
+            elif suffix == "txt" and task == "retrieval":
+                sample["captions"] = tuple(tar.extractfile(member).read().decode("utf-8").splitlines())
+    return [TarSample(key, **members) for key, members in found.items()]
+
+
+@dataclass(frozen=True)
+class ReadTarMember:
+    """`Dataset.with_transform`: the `image` column's (shard, offset, size) read and decoded to RGB."""
+
+    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        if IMAGE not in batch:
+            return batch
+        images = []
+        for where in batch[IMAGE]:
+            with open(where["path"], "rb") as shard:
+                shard.seek(where["offset"])
+                images.append(decode_image(shard.read(where["size"])))
+        return {**batch, IMAGE: images}
