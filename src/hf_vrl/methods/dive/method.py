@@ -187,9 +187,34 @@ class DiVEMethod(Method):
         reference = self.config.dive.reference_dataset
         for name in [reference] if isinstance(reference, str) else reference or []:
             check_data(name, "--reference-dataset")
+        self._check_reference_stream()
         for name in self.config.model.pretrain_data if self.config.model.pretrain_steps else ():
             check_data(name, "--pretrain-data")
         self._target()  # --classes and --val-size against the data, before the toy pre-training
+
+    def _check_reference_stream(self) -> None:
+        """A streamed reference set where the settings need a map-style one, refused before anything is
+        written (not after the toy pre-training): the frozen-embedding cache indexes samples, and several
+        reference sets are concatenated map-style."""
+        from hf_vrl.data.registry import is_streamed
+
+        dive = self.config.dive
+        names = (
+            [dive.reference_dataset] if isinstance(dive.reference_dataset, str) else dive.reference_dataset
+        )
+        streamed = [name for name in names or [] if is_streamed(name)]
+        if not streamed or not dive.uses_reference:
+            return
+        if len(names) > 1:
+            raise UserError(
+                f"--reference-dataset {streamed[0]} streams: several reference sets are joined map-style; "
+                "give the stream alone, or map-style sets"
+            )
+        if dive.objective != "flyp_replay" and dive.frozen_embeddings == "cache":
+            raise UserError(
+                f"--reference-dataset {streamed[0]} streams: frozen_embeddings='cache' needs a map-style "
+                "reference set (a stream has no sample index); use --set dive.frozen_embeddings=forward"
+            )
 
     # -- inputs ----------------------------------------------------------------------------------------------
 
