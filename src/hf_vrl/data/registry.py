@@ -222,7 +222,7 @@ def is_streamed(name: str) -> bool:
         prefix = prefix or _detect(os.path.expanduser(target))
     except FileNotFoundError:
         return False
-    return prefix in ("webdataset", "parquet", "csv")
+    return prefix in ("cc3m", "webdataset", "parquet", "csv")
 
 
 def check_dataset_name(name: str, what: str = "--dataset") -> None:
