@@ -1,11 +1,21 @@
-"""Images/s through decode + preprocessing from local webdataset shards: hf_vrl's pipeline (streaming
-`load_image_text` + `ImageTextCollator` in a DataLoader) against a plain PIL loop (open each member,
-convert, resize, center crop, normalise with numpy), both measured in the same run.
+"""Data loading, in one run on the same shards:
 
-    python benchmarks/data_loading.py              # 2,000 JPEGs at 256 px, CLIP preprocessing at 224 px
-    python benchmarks/data_loading.py --n 200      # quick check
+1. Readers, per process (one process, no loader workers): images/s delivered as (RGB image, caption) from
+   the same CC3M-like webdataset shards (JPEGs with a 512 px shortest edge, as pixparse/cc3m-wds stores
+   them) by hf_vrl's streamed run path (`webdataset:<folder>` as `hf-vrl train` loads it: shuffle buffer,
+   JPEGs decoded at reduced scale for the model's 224 px), the same without the reduced decode, hf_vrl's Hub
+   path (`hf:<repo>` from a local Hub-cache copy, offline, as `hf-vrl train` loads it), `datasets`'
+   webdataset streaming, and the `webdataset` library (the baseline: ratios are against it). Best of
+   `--rounds` interleaved rounds (the machine is shared).
+2. Preprocessing: images/s through decode + preprocessing from local webdataset shards: hf_vrl's pipeline
+   (streaming `load_image_text` + `ImageTextCollator` in a DataLoader) against a plain PIL loop (open each
+   member, convert, resize, center crop, normalise with numpy).
 
-Writes benchmarks/results/data_loading.json. The ratio is pipeline images/s over baseline images/s.
+    python benchmarks/data_loading.py              # readers: 1,000 JPEGs; preprocessing: 2,000 at 256 px
+    python benchmarks/data_loading.py --n 200 --reader-n 200 --rounds 1   # quick check
+
+Writes benchmarks/results/data_loading.json (needs the `webdataset` library: pip install webdataset, in the
+dev extra).
 """
 
 from __future__ import annotations
@@ -21,11 +31,15 @@ import time
 import warnings
 from pathlib import Path
 
+import datasets
 import numpy as np
 import torch
+import webdataset as wds
+from huggingface_hub import constants
 from PIL import Image
 
 from hf_vrl.data.collate import ImageTextCollator
+from hf_vrl.data.registry import load_dataset_by_name
 from hf_vrl.data.tokenizer import TOY_TOKENIZER_DIR, load_toy_tokenizer
 from hf_vrl.data.toy import render_scene, sample_scene
 from hf_vrl.data.webdataset import load_image_text
@@ -35,11 +49,13 @@ CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
 CLIP_STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
 
 
-def write_shards(folder: Path, n: int, size: int, n_shards: int, seed: int = 0) -> list[str]:
+def write_shards(
+    folder: Path, n: int, size: int, n_shards: int, seed: int = 0, name: str = "bench-{:05d}.tar"
+) -> list[str]:
     """`n` JPEG samples (a shapes scene over a colour gradient with noise) + captions in `n_shards` tars."""
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:size, 0:size] / size
-    paths = [str(folder / f"bench-{s:05d}.tar") for s in range(n_shards)]
+    paths = [str(folder / name.format(s)) for s in range(n_shards)]
     tars = [tarfile.open(p, "w") for p in paths]
     for i in range(n):
         scene = sample_scene(rng)
@@ -113,6 +129,67 @@ def measure(paths: list[str], n: int, image_size: int, workers: int, batch_size:
     }  # fmt: skip
 
 
+# -- readers --------------------------------------------------------------------------------------------
+
+HUB_REPO = "bench/cc3m-like"
+RUN_OPTIONS = {"shuffle_buffer": 10_000, "decode_size": 224}  # as `hf-vrl train` loads at 224 px
+
+
+def webdataset_library(paths: list[str]) -> int:
+    """The baseline: webdataset's own pipeline, decoded to RGB PIL images and caption strings."""
+    dataset = wds.WebDataset(paths, shardshuffle=False, empty_check=False).decode("pilrgb")
+    return sum(1 for _image, _caption in dataset.to_tuple("jpg", "txt"))
+
+
+def datasets_webdataset(paths: list[str]) -> int:
+    """`datasets`' webdataset builder, streaming; images converted to RGB as the others give them."""
+    stream = datasets.load_dataset("webdataset", data_files={"train": paths}, split="train", streaming=True)
+    return sum(1 for row in stream if row["jpg"].convert("RGB") and row["txt"])
+
+
+def hf_vrl_run_path(name: str, options: dict) -> int:
+    """A registry name read as `hf-vrl train` reads its training data (split train, `options`)."""
+    return sum(1 for _row in load_dataset_by_name(name, "train", stream_options=options))
+
+
+def hub_copy(cache: Path, paths: list[str]) -> None:
+    """The shards as a dataset repo in the Hub cache `cache` (read offline, as a downloaded repo is)."""
+    repo = cache / f"datasets--{HUB_REPO.replace('/', '--')}"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    for path in paths:
+        os.link(path, snapshot / Path(path).name)
+
+
+def measure_readers(folder: Path, paths: list[str], rounds: int) -> dict:
+    """Images/s of each reader on the same shards, best of `rounds` interleaved rounds; ratio against the
+    webdataset library."""
+    readers = {
+        "webdataset_library": lambda: webdataset_library(paths),
+        "hf_vrl_stream_run_path": lambda: hf_vrl_run_path(f"webdataset:{folder}", RUN_OPTIONS),
+        "hf_vrl_stream_full_decode": lambda: hf_vrl_run_path(f"webdataset:{folder}", {}),
+        "hf_vrl_hub_run_path": lambda: hf_vrl_run_path(f"hf:{HUB_REPO}", RUN_OPTIONS),
+        "datasets_webdataset": lambda: datasets_webdataset(paths),
+    }
+    best: dict[str, tuple[int, float]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        webdataset_library(paths[:1])  # warm the page cache and PIL
+        for _ in range(rounds):
+            for name, read in readers.items():
+                count, seconds = timed(read)
+                if name not in best or seconds < best[name][1]:
+                    best[name] = (count, seconds)
+    base = best["webdataset_library"][0] / best["webdataset_library"][1]
+    return {
+        name: {"images": count, "seconds": round(seconds, 3), "images_per_s": round(count / seconds, 1),
+               "ratio_vs_webdataset_library": round(count / seconds / base, 3)}
+        for name, (count, seconds) in best.items()
+    }  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=2000, help="number of JPEGs to generate (default 2000)")
@@ -122,11 +199,21 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers for the parallel run")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--reader-n", type=int, default=1000, help="JPEGs the readers read (default 1000)")
+    parser.add_argument("--reader-stored-size", type=int, default=512, help="their shortest edge (512)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the readers (best kept)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
     n_shards = max(1, args.workers) * 2
     with tempfile.TemporaryDirectory() as tmp:
+        shards = Path(tmp, "cc3m-like")
+        shards.mkdir()
+        name = "cc3m-like-train-{:04d}.tar"
+        reader_paths = write_shards(shards, args.reader_n, args.reader_stored_size, 4, seed=1, name=name)
+        constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(Path(tmp, "hub")), True
+        hub_copy(Path(tmp, "hub"), reader_paths)
+        readers = measure_readers(shards, reader_paths, args.rounds)
         paths = write_shards(Path(tmp), args.n, args.stored_size, n_shards)
         results = {
             str(size): measure(paths, args.n, size, args.workers, args.batch_size)
@@ -134,6 +221,19 @@ def main(argv: list[str] | None = None) -> dict:
         }
     report = {
         "benchmark": "data_loading",
+        "readers": {
+            "n": args.reader_n,
+            "stored_shortest_edge": args.reader_stored_size,
+            "shards": 4,
+            "rounds": args.rounds,
+            "webdataset": wds.__version__,
+            "datasets": datasets.__version__,
+            "notes": "one process, no loader workers; each reader delivers (RGB PIL image, caption str) per "
+            "sample; run path = the registry name as `hf-vrl train` loads it (split train, shuffle buffer "
+            "10000, JPEG decoded at reduced scale for 224 px input); full decode = the same reader without "
+            "the reduced decode; hub = hf:<repo> from a local Hub-cache copy (offline); best of the rounds",
+            "results": readers,
+        },
         "n": args.n,
         "stored_size": args.stored_size,
         "batch_size": args.batch_size,
@@ -148,6 +248,9 @@ def main(argv: list[str] | None = None) -> dict:
         "normalise, images only, no draft",
         "results": results,
     }
+    for name, row in readers.items():
+        rate, ratio = row["images_per_s"], row["ratio_vs_webdataset_library"]
+        print(f"readers  {name:28s} {rate:9.1f} images/s   ratio {ratio:.2f} (vs the webdataset library)")
     for size, runs in results.items():
         for name, row in runs.items():
             rate, ratio = row["images_per_s"], row["ratio_vs_baseline"]

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from data_fixtures import CORRUPT, CUB_CLASSES, noise, write_mixed_shard
+from hub_fixtures import offline_hub_cache
 from PIL import Image
 
 
@@ -71,3 +72,9 @@ def cub_root(tmp_path: Path) -> Path:
         (base / name).write_text("\n".join(content) + "\n")
     (base.parent / "attributes.txt").write_text("1 has_bill_shape::curved\n2 has_wing_color::blue\n")
     return base.parent
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hub cache of this test (`HF_HUB_CACHE`), offline: Hub repos are copied in by the test."""
+    return offline_hub_cache(tmp_path, monkeypatch)

@@ -16,6 +16,8 @@ import json
 import tarfile
 from pathlib import Path
 
+import pytest
+from huggingface_hub import constants
 from PIL import Image
 
 SHA = "46f3d69f840e59d77d52e8decfe5baec97e94c7f"  # pixparse/cc3m-wds's main at the time of writing
@@ -102,3 +104,23 @@ def imagenet_wds_files(train: list[int], validation: list[int]) -> dict[str, byt
             files[f"imagenet1k-{split}-{index:04d}.tar"] = imagenet_wds_shard(key, n)
             key += n
     return files
+
+
+def offline_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hub cache for one test, offline (as HF_HUB_OFFLINE=1 sets it; subprocesses get both
+    through the environment)."""
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def write_files(folder: Path, files: dict[str, bytes]) -> Path:
+    """`files` written under `folder` (a local copy in the repo's layout)."""
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return folder

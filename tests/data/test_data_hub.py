@@ -14,17 +14,6 @@ from hf_vrl.data.hub import HubSpec, dataset_file, dataset_repo_files, parse_hub
 from hf_vrl.errors import UserError
 
 
-@pytest.fixture
-def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty Hub cache, offline (as HF_HUB_OFFLINE=1 sets it)."""
-    cache = tmp_path / "hub"
-    cache.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return cache
-
-
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [

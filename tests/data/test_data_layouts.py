@@ -441,9 +441,10 @@ def test_cc3m_folder_reads_the_shards_not_their_metadata(tmp_path):
 
 
 def test_presets_name_cc3m_by_the_registry_and_its_shards_are_discovered(tmp_path):
-    """Every preset that trains on or replays CC3M names it cc3m:<folder>, no fixed shard pattern: an
-    img2dataset folder of any number of shards is read whole (here 3, with the metadata img2dataset writes
-    beside each), and an explicit webdataset: pattern still reads other shards."""
+    """Every preset that trains on or replays CC3M names it on the Hub (hf:pixparse/cc3m-wds), no fixed
+    shard pattern; cc3m:<folder> reads a local copy: an img2dataset folder of any number of shards is read
+    whole (here 3, with the metadata img2dataset writes beside each), and an explicit webdataset: pattern
+    still reads other shards."""
     folder = tmp_path / "cc3m"
     folder.mkdir()
     for n in range(3):
@@ -457,8 +458,8 @@ def test_presets_name_cc3m_by_the_registry_and_its_shards_are_discovered(tmp_pat
         for section, field in (("data", "dataset"), ("dive", "reference_dataset")):
             value = preset.get(section, {}).get(field)
             if isinstance(value, str) and "cc3m" in value.lower():
-                named[f"{name} {field}"] = value.partition(":")[0]
-    assert len(named) == 10 and set(named.values()) == {"cc3m"}, named  # 6 DCR presets, 4 DiVE
+                named[f"{name} {field}"] = value
+    assert len(named) == 11 and set(named.values()) == {"hf:pixparse/cc3m-wds"}, named  # 6 DCR, 4 DiVE, B/16
     check_dataset_name(f"cc3m:{folder}")
     rows = list(load_dataset_by_name(f"cc3m:{folder}", split="train", stream_options={"shuffle_buffer": 0}))
     assert sorted(row["caption"] for row in rows) == [f"caption {i}" for i in (0, 1, 10, 11, 20, 21)]

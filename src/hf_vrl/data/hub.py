@@ -17,7 +17,7 @@ import fnmatch
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import httpx2
 from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
@@ -41,7 +41,10 @@ __all__ = [
     "HubSpec",
     "dataset_file",
     "dataset_repo_files",
+    "file_url",
     "is_hub_spec",
+    "is_offline",
+    "local_snapshot",
     "matching_files",
     "parse_hub_spec",
 ]
@@ -96,7 +99,8 @@ def parse_hub_spec(spec: str) -> HubSpec:
     return HubSpec(f"{org}/{name}", revision, rest)
 
 
-def _offline() -> bool:
+def is_offline() -> bool:
+    """Whether the Hub is offline (`HF_HUB_OFFLINE`, read now: huggingface_hub reads it at import)."""
     return constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in (
         "1",
         "ON",
@@ -120,7 +124,7 @@ def _not_reachable(repo_id: str, revision: str | None, error: BaseException) -> 
         )
     if isinstance(error, HFValidationError):
         return UserError(f"{repo_id!r} is not a valid Hub dataset id: write hf:<org>/<name>")
-    if _offline():
+    if is_offline():
         return UserError(
             f"dataset {repo_id}{at} is not in the local Hub cache ({constants.HF_HUB_CACHE}) and the Hub is "
             f"offline (HF_HUB_OFFLINE=1): {_OFFLINE_HINT.format(repo=repo_id)}, or unset HF_HUB_OFFLINE"
@@ -149,7 +153,7 @@ def dataset_repo_files(repo_id: str, revision: str | None = None) -> list[str]:
     """The files of dataset repo `repo_id` (paths inside the repo, sorted): from the Hub online, else from
     the local Hub cache; a one-line UserError when neither has it."""
     error: BaseException | None = None
-    if not _offline():
+    if not is_offline():
         try:
             return sorted(HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision))
         except (RepositoryNotFoundError, RevisionNotFoundError, HFValidationError) as found:
@@ -168,7 +172,7 @@ def dataset_file(repo_id: str, filename: str, revision: str | None = None) -> Pa
     try:
         return Path(
             hf_hub_download(
-                repo_id, filename, repo_type="dataset", revision=revision, local_files_only=_offline()
+                repo_id, filename, repo_type="dataset", revision=revision, local_files_only=is_offline()
             )
         )
     except RemoteEntryNotFoundError as error:
@@ -177,7 +181,7 @@ def dataset_file(repo_id: str, filename: str, revision: str | None = None) -> Pa
         if isinstance(error, LocalEntryNotFoundError) and _in_cache(repo_id, revision):
             raise UserError(
                 f"the local Hub cache holds dataset {repo_id} but not its file {filename!r}, and the Hub is "
-                f"{'offline (HF_HUB_OFFLINE=1)' if _offline() else 'unreachable'}: "
+                f"{'offline (HF_HUB_OFFLINE=1)' if is_offline() else 'unreachable'}: "
                 f"{_OFFLINE_HINT.format(repo=repo_id)}"
             ) from None
         raise _not_reachable(repo_id, revision, error) from None
@@ -189,6 +193,22 @@ def _in_cache(repo_id: str, revision: str | None) -> bool:
     except (LocalEntryNotFoundError, HFValidationError):
         return False
     return True
+
+
+def file_url(repo_id: str, filename: str, revision: str | None = None) -> str:
+    """The `hf://datasets/<org>/<name>[@<revision>]/<file>` URL of a repo file (a revision's slashes
+    URL-encoded, as HfFileSystem writes them)."""
+    at = "@" + quote(revision, safe="") if revision else ""
+    return f"{HF_URL_PREFIX}{repo_id}{at}/{filename}"
+
+
+def local_snapshot(repo_id: str, revision: str | None = None) -> Path:
+    """The folder of the repo's snapshot in the local Hub cache (what it holds; nothing is downloaded); a
+    one-line UserError when the cache has none."""
+    try:
+        return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError) as error:
+        raise _not_reachable(repo_id, revision, error) from None
 
 
 def matching_files(spec: HubSpec, files: list[str]) -> list[str]:

@@ -7,9 +7,15 @@ models instead, as zero-shot tables and probes score them), "<benchmark>:<root>"
 `hf_vrl.data.benchmarks` ("imagenet:/data/ILSVRC2012", "imagenet-r:/data/imagenet-r", "objectnet:...",
 "fmow:/data/fmow_v1.1", "iwildcam:...", "flickr30k:...", "cifar10:hf:uoft-cs/cifar10", ...: read from its
 published layout, `layouts.py`; "cc3m:<img2dataset folder>" streams its shards), "webdataset:<glob>"
-(also "parquet:<glob>", "csv:<glob>": image-path tables; these always stream and ignore `split`: point
-the glob at the split's files), "imagefolder:<dir>",
-"hf:<name or path>". A bare path is recognised: a .tar/.parquet/.csv/.tsv file or glob, a folder holding a
+(also "parquet:<glob>", "csv:<glob>": image-path tables; these always stream; a folder gives the files of
+`split` where its files are named by split, `cc3m-train-*.tar` beside `cc3m-validation-*.tar` or `train/`
+beside `test/`, and a glob the files it names), "imagefolder:<dir>",
+"hf:<name or path>": a Hub dataset id (`hf:<org>/<name>[@<revision>][/<path or glob>]`, or
+`hf://datasets/<org>/<name>/...`, `hf_vrl.data.hub`) streams its webdataset shards or parquet/CSV tables
+shard by shard (the split chosen by the repo's own file and folder names), other repos (image folders) through
+`datasets`; online from the Hub, offline from the local Hub cache. Shard URLs (`hf://...`,
+`https://huggingface.co/.../resolve/...`, `pipe:<command>`) are read as webdataset shards.
+A bare path is recognised: a .tar/.parquet/.csv/.tsv file or glob, a folder holding a
 benchmark's annotated layout (read as that benchmark, `hf_vrl.data.layouts.published_benchmark`: CUB, WILDS'
 FMoW, Flowers-102's .mat files, ...; an `imagefolder:` folder too, which read as class folders would be
 mislabelled), a folder of .tar shards, a `save_to_disk` folder, else an image folder.
@@ -27,7 +33,7 @@ from datasets import Dataset, IterableDataset
 
 from hf_vrl.errors import UserError
 
-from . import clip_benchmark, cub, fine_grained, generic, offline, toy, webdataset
+from . import clip_benchmark, cub, fine_grained, generic, hub, offline, toy, webdataset
 from .benchmarks import BENCHMARKS
 from .hub import is_hub_spec
 from .images import SampleFilter
@@ -66,14 +72,67 @@ NAMED: dict[str, Callable[..., Dataset]] = {
 }
 
 
-def _stream(target: str, *, limit: int | None, seed: int, **kwargs) -> IterableDataset:
+STREAM_OPTIONS = ("shuffle_buffer", "decode_size", "require_trainable", "max_member_bytes")
+COLUMN_OPTIONS = ("image_column", "caption_column", "label_column")
+
+
+def _stream(target: Any, *, limit: int | None, seed: int, **kwargs) -> IterableDataset:
     ds = webdataset.load_image_text(target, seed=seed, **kwargs)
     return ds.take(limit) if limit is not None else ds
 
 
+def parse_name(name: str) -> tuple[str, str]:
+    """(prefix, target) of a registry name ("" for a bare path); `hf://datasets/...` is prefix "hf" with the
+    whole URL as its target (not cut at its first colon)."""
+    if name.startswith(hub.HF_URL_PREFIX):
+        return "hf", name
+    if name.split(":", 1)[0] in PREFIXES:
+        prefix, _, target = name.partition(":")
+        return prefix, target
+    return "", name
+
+
+def _on_hub(target: str) -> bool:
+    """Whether a target names a Hub dataset (`<org>/<name>...` after `hf:`, or a `hf://datasets/` URL)."""
+    return target.startswith(hub.HF_URL_PREFIX) or hub.is_hub_spec(hub.HF_PREFIX + target)
+
+
+def _hub_target(prefix: str, target: str) -> str | None:
+    """The Hub spec a name reads from (`hf:<id>`, `cc3m:hf:<id>`, `webdataset:hf://...`), else None."""
+    if prefix == "hf" and _on_hub(target):
+        return target
+    if prefix in ("cc3m", "webdataset", "parquet", "csv"):
+        inner, _, rest = target.partition(":")
+        if target.startswith(hub.HF_URL_PREFIX) or (inner == "hf" and _on_hub(rest)):
+            return target if target.startswith(hub.HF_URL_PREFIX) else rest
+    return None
+
+
+def _load_hub(target: str, split: str, streaming: bool, options: dict[str, Any], **common: Any) -> Any:
+    """A Hub dataset: its shards or tables streamed (`webdataset.hub_shards`), else (an image repo) read by
+    `datasets` from the Hub online, from the local Hub cache's snapshot offline."""
+    spec = hub.parse_hub_spec(target)
+    shards = webdataset.hub_shards(spec, split)
+    if shards:
+        return _stream(shards, **common, **options)
+    columns = {key.removesuffix("_column"): options[key] for key in COLUMN_OPTIONS if options.get(key)}
+    source, extra = spec.repo_id, {"revision": spec.revision} if spec.revision else {}
+    if hub.is_offline():
+        source, extra = str(hub.local_snapshot(spec.repo_id, spec.revision)), {}
+    if spec.path:
+        extra["data_dir"] = spec.path
+    return generic.load_hf_dataset(
+        source, split, columns=columns or None, streaming=streaming, **common, **extra
+    )
+
+
 def _detect(path: str) -> str:
     """The prefix a bare path stands for."""
-    if glob.has_magic(path) or path.endswith(webdataset.TAR_EXTENSIONS + webdataset.TABLE_EXTENSIONS):
+    if (
+        webdataset.is_url(path)
+        or glob.has_magic(path)
+        or path.endswith(webdataset.TAR_EXTENSIONS + webdataset.TABLE_EXTENSIONS)
+    ):
         return "webdataset"
     folder = Path(path)
     if not folder.exists():
@@ -104,9 +163,11 @@ def mirror_source(name: str) -> tuple[str, str | None] | None:
     """(where, split) of the clip_benchmark layout `name` reads: `<key>:<where>`, `hf:<org>/<name>`, `hf:`
     or a bare folder in that layout (split None: the one asked for), or `webdataset:<where>/<split>/*.tar`,
     one of its splits' shards; None for any other data."""
-    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    prefix, target = parse_name(name)
     target = os.path.expanduser(target)
     if prefix in ("webdataset", "parquet", "csv"):
+        if _hub_target(prefix, target) is not None or webdataset.is_url(target):
+            return None
         try:
             folders = {Path(f).parent for f in webdataset.resolve_files(target)}
         except (FileNotFoundError, ValueError):
@@ -139,19 +200,23 @@ def load_dataset_by_name(
 
     `sample_filter` collects the skipped samples of the sources that can hold bad ones (files on disk; the
     generated and offline sets have none); `stream_options` go to the streamed sources only
-    (`shuffle_buffer`, `decode_size`: see `webdataset.load_image_text`)."""
+    (`shuffle_buffer`, `decode_size`, `require_trainable`, the `*_column` names: see
+    `webdataset.load_image_text`)."""
     if name in NAMED:
         ds = NAMED[name](split, limit=limit, seed=seed, image_size=image_size, **kwargs)
         return ds.to_iterable_dataset() if streaming else ds
-    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
-    target = os.path.expanduser(target)
+    prefix, target = parse_name(name)
     mirror = mirror_source(name) if prefix in ("", "hf", "webdataset") else None
     if mirror is not None:  # clip_benchmark's layout: its own classes, templates and captions
         return subset(clip_benchmark.load_mirror(mirror[0], mirror[1] or split), limit, seed)
-    prefix = _published(prefix, target) if prefix else _detect(target)
     common: dict[str, Any] = {"limit": limit, "seed": seed}
     if sample_filter is not None:
         common["sample_filter"] = sample_filter
+    on_hub = _hub_target(prefix, target)
+    if on_hub is not None:
+        return _load_hub(on_hub, split, streaming, {**(stream_options or {}), **kwargs}, **common)
+    target = os.path.expanduser(target)
+    prefix = _published(prefix, target) if prefix else _detect(target)
     if prefix == "cub":
         if streaming:
             raise ValueError("CUB loads map-style (11,788 local images, read lazily); drop streaming=True")
@@ -166,9 +231,9 @@ def load_dataset_by_name(
         return subset(load_benchmark(key, target, split, level=level, **kwargs)[0], limit, seed)
     if prefix == "cc3m":
         resolve(BENCHMARKS["cc3m"], target)  # img2dataset's folder (a UserError names it otherwise)
-        return _stream(target, **common, **(stream_options or {}), **kwargs)
+        return _stream(target, split=split, **common, **(stream_options or {}), **kwargs)
     if prefix in ("webdataset", "parquet", "csv"):
-        return _stream(target, **common, **(stream_options or {}), **kwargs)
+        return _stream(target, split=split, **common, **(stream_options or {}), **kwargs)
     if prefix == "imagefolder":
         return generic.load_imagefolder(target, split, streaming=streaming, **common, **kwargs)
     return generic.load_hf_dataset(target, split, streaming=streaming, **common, **kwargs)
@@ -178,20 +243,31 @@ def is_streamed(name: str) -> bool:
     """Whether `name` loads as a stream (image-text shards and tables), from the name alone (no data read)."""
     if name in NAMED:
         return False
-    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    prefix, target = parse_name(name)
+    if _hub_target(prefix, target) is not None:
+        return True  # a Hub dataset streams in training (its shards, tables or images)
     try:
         prefix = prefix or _detect(os.path.expanduser(target))
     except FileNotFoundError:
         return False
-    return prefix in ("webdataset", "parquet", "csv") and mirror_source(name) is None
+    return prefix in ("cc3m", "webdataset", "parquet", "csv") and mirror_source(name) is None
 
 
 def check_dataset_name(name: str, what: str = "--dataset") -> None:
     """Raise `UserError` when `name` cannot name data: an unknown name, a path or glob that matches nothing.
-    Cheap (no data is read): a run checks its data before it writes anything. Hub ids are left to loading."""
+    Cheap (no data is read; a Hub dataset's files are listed, from the local cache offline): a run checks its
+    data before it writes anything."""
     if name in NAMED:
         return
-    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    prefix, target = parse_name(name)
+    on_hub = _hub_target(prefix, target)
+    if on_hub is not None:
+        spec = hub.parse_hub_spec(on_hub)
+        if not hub.matching_files(spec, hub.dataset_repo_files(spec.repo_id, spec.revision)):
+            raise UserError(
+                f"{what} {name}: the Hub dataset {spec.repo_id} has no files matching {spec.path!r}"
+            )
+        return
     target = os.path.expanduser(target)
     try:
         prefix = prefix or _detect(target)

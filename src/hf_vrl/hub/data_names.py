@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hf_vrl.data.hub import HF_URL_PREFIX, is_hub_spec, parse_hub_spec
+
 __all__ = [
     "DataName",
     "describe_dataset",
@@ -66,8 +68,10 @@ def describe_dataset(spec: str | None) -> DataName | None:
     if spec in _NAMED:
         return _NAMED[spec]
     prefix, _, target = spec.partition(":")
-    if prefix == "hf" and is_hub_id(target):
-        return DataName(target, target, target)
+    if (prefix == "hf" or spec.startswith(HF_URL_PREFIX)) and is_hub_spec(spec):
+        repo = parse_hub_spec(spec).repo_id  # hf:<id>[@<revision>][/<path>], hf://datasets/<id>/...
+        if is_hub_id(repo):
+            return DataName(repo, repo, repo)
     if prefix in _benchmarks():
         return DataName(prefix, f"{_benchmarks()[prefix].title} (a local copy)")
     named = _PREFIXES.get(prefix, DataName("local", "local data"))

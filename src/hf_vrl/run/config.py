@@ -127,9 +127,24 @@ class DataConfig:
         None,
         "training data: a registry name or path (shapes, fashion_mnist, animal_mnist, digits, "
         "cc3m:<img2dataset folder>, webdataset:<glob or brace pattern>, parquet:<glob>, csv:<glob>, "
-        "<benchmark>:<folder> (cub, imagenet, fmow, ...), imagefolder:<dir>, hf:<name>)",
+        "<benchmark>:<folder> (cub, imagenet, fmow, ...), imagefolder:<dir>, hf:<org>/<name>[@rev][/<glob>] "
+        "(a Hub dataset, streamed shard by shard; offline from the local Hub cache), hf://datasets/..., "
+        "pipe:<command>)",
     )
-    split: str = setting("train", "training split")
+    split: str = setting(
+        "train", "training split (a folder or Hub repo of shards named by split gives that split's files)"
+    )
+    image_column: str | None = setting(
+        None, "where the image is: a webdataset member (jpg, webp) or a table column (default: guessed)"
+    )
+    caption_column: str | None = setting(
+        None,
+        "where the caption is: a webdataset member (txt), a field of its .json member (json:caption) or a "
+        "table column (default: txt, caption, text, else the .json's caption)",
+    )
+    label_column: str | None = setting(
+        None, "where the label is: a webdataset member (cls), json:<field>, or a table column (default: cls)"
+    )
     train_limit: int | None = setting(None, "use at most this many training samples", check=at_least(1))
     shuffle_buffer: int = setting(
         10_000, "shuffle buffer of streamed data (0: stream order)", check=at_least(0)

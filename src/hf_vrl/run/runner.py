@@ -85,13 +85,19 @@ class Run:
     def _load(self, name: str, what: str, split: str, limit: int | None, image_size: int | None) -> Any:
         """`load_dataset_by_name` once per arguments (the checks before the first write load what training
         then uses); a source that cannot be loaded is one line naming the setting."""
-        from hf_vrl.data.registry import load_dataset_by_name
+        from hf_vrl.data.registry import is_streamed, load_dataset_by_name
 
         key = (name, split, limit, image_size)
         if key not in self._datasets:
-            stream_options = {"decode_size": image_size}
-            if what == "--dataset":
-                stream_options["shuffle_buffer"] = self.config.data.shuffle_buffer
+            stream_options: dict[str, Any] = {"decode_size": image_size}
+            training = what == "--dataset"
+            if training:  # data that trains no step is refused now, before the run folder is written
+                data = self.config.data
+                stream_options |= {"shuffle_buffer": data.shuffle_buffer, "require_trainable": True}
+                columns = {"image_column": data.image_column, "caption_column": data.caption_column}
+                stream_options |= {
+                    k: v for k, v in (columns | {"label_column": data.label_column}).items() if v
+                }
                 filtered = {"sample_filter": self.sample_filter(f"{name} ({split})", image_size)}
             else:
                 stream_options["shuffle_buffer"], filtered = 0, {}
@@ -99,6 +105,7 @@ class Run:
                 self._datasets[key] = load_dataset_by_name(
                     name,
                     split=split,
+                    streaming=training and is_streamed(name),
                     limit=limit,
                     seed=self.config.seed,
                     image_size=image_size,

@@ -26,6 +26,7 @@ from hf_vrl.data.toy import OMITTABLE
 from hf_vrl.errors import UserError
 from hf_vrl.run.batch import BatchPlan
 from hf_vrl.run.config import OptimConfig, RunConfig, at_least, in_range, setting
+from hf_vrl.run.data import materialise
 from hf_vrl.run.layout import atomic_dir
 from hf_vrl.run.runner import Method
 
@@ -38,6 +39,7 @@ STAGE_PLANS = {
     "end_to_end": ["end_to_end"],
 }
 TRAINER_STAGES = {"stage1": "projector", "stage2": "encoder", "end_to_end": "end_to_end"}
+TOY_STREAM_ROWS = 512  # rows of a streamed training set the toy inputs pre-train on
 
 
 @dataclass
@@ -343,11 +345,13 @@ class DCRMethod(Method):
         return folder
 
     def _toy_data(self, omit: list[str] | None = None) -> Any:
+        """The rows the toy CLIP and diffusion model pre-train on: the training data, or the first
+        `TOY_STREAM_ROWS` (or --train-limit) rows of a stream (CC3M's shards)."""
         from hf_vrl.data.registry import load_dataset_by_name
 
         data = self.config.data
         extra = {"omit": omit} if omit else {}
-        return load_dataset_by_name(
+        loaded = load_dataset_by_name(
             data.dataset,
             split=data.split,
             limit=data.train_limit,
@@ -355,6 +359,7 @@ class DCRMethod(Method):
             image_size=self.image_size,
             **extra,
         )
+        return materialise(loaded, data.train_limit or TOY_STREAM_ROWS, "toy pre-training")
 
     def _normalisation(self) -> tuple[list[float], list[float]]:
         dcr = self.config.dcr

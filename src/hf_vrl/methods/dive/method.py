@@ -32,6 +32,7 @@ from torch import nn
 
 from hf_vrl.data.processors import load_image_processor
 from hf_vrl.errors import UserError
+from hf_vrl.methods.dive.data import load_reference_dataset
 from hf_vrl.methods.dive.settings import DiVESettings
 from hf_vrl.run.batch import BatchPlan, contrastive_sees, process_count
 from hf_vrl.run.config import OptimConfig, RunConfig, at_least, dropouts, setting
@@ -187,9 +188,41 @@ class DiVEMethod(Method):
         reference = self.config.dive.reference_dataset
         for name in [reference] if isinstance(reference, str) else reference or []:
             check_data(name, "--reference-dataset")
+        self._check_reference_stream()
         for name in self.config.model.pretrain_data if self.config.model.pretrain_steps else ():
             check_data(name, "--pretrain-data")
         self._target()  # --classes and --val-size against the data, before the toy pre-training
+
+    def _check_reference_stream(self) -> None:
+        """A streamed reference set the settings cannot use, refused before anything is written (not after
+        the toy pre-training): the frozen-embedding cache indexes samples, several reference sets are
+        concatenated map-style, and a stream must hold one reference batch (its first batch is read)."""
+        from hf_vrl.data.registry import is_streamed
+
+        dive = self.config.dive
+        names = (
+            [dive.reference_dataset] if isinstance(dive.reference_dataset, str) else dive.reference_dataset
+        )
+        streamed = [name for name in names or [] if is_streamed(name)]
+        if not streamed or not dive.uses_reference:
+            return
+        if len(names) > 1:
+            raise UserError(
+                f"--reference-dataset {streamed[0]} streams: several reference sets are joined map-style; "
+                "give the stream alone, or map-style sets"
+            )
+        if dive.objective != "flyp_replay" and dive.frozen_embeddings == "cache":
+            raise UserError(
+                f"--reference-dataset {streamed[0]} streams: frozen_embeddings='cache' needs a map-style "
+                "reference set (a stream has no sample index); use --set dive.frozen_embeddings=forward"
+            )
+        batch = dive.reference_batch_size or self.config.batch_plan(1).global_batch
+        held = sum(1 for _ in load_reference_dataset(dive, seed=self.config.seed).take(batch))
+        if held < batch:
+            raise UserError(
+                f"--reference-dataset {streamed[0]} streams {held} samples, fewer than one reference batch "
+                f"({batch}): use a larger reference set or a smaller dive.reference_batch_size"
+            )
 
     # -- inputs ----------------------------------------------------------------------------------------------
 
@@ -288,7 +321,7 @@ class DiVEMethod(Method):
         """DiVETrainer on the target rows (its frozen model a copy of `model`, the pre-trained weights); for
         ft / lp_ft a HeadTrainer (stage linear_probe: the head alone, lp_steps at lp_learning_rate)."""
         from hf_vrl.data.collate import ImageTextCollator
-        from hf_vrl.methods.dive.data import FLYPCollator, load_reference_dataset
+        from hf_vrl.methods.dive.data import FLYPCollator
 
         settings = self.settings
         train, _ = self._target()
