@@ -34,8 +34,10 @@ cifar10=hf:uoft-cs/cifar10), in one of the layouts its publisher ships (listed a
 caltech101/ dtd/ pets/ flowers/ sun397/ aircraft/ cifar10/ cifar100/ food101/ (Table 1: train and test;
 FGVC-Aircraft probed on its 100 variants, as LGSSL and the paper), flickr30k/ flickr8k/ mscoco/ (Table 2:
 Karpathy's test splits), imagenet/ imagenet-v2/ imagenet-a/ imagenet-r/ imagenet-sketch/ (Table 2, Figure 3;
-ImageNet's test is its validation set), mmvp_vlm/. Every set is counted against the official numbers before a
-model is loaded; a partial copy is refused, or scored with --allow-partial and its cells marked. Protocols:
+ImageNet's test is its validation set), mmvp_vlm/. Without --data-root or --source a set is read from its
+Hub mirror (hf:clip-benchmark/wds_<name>, hf:MMVP/MMVP_VLM: the mirror's own class names, templates and
+counts, noted beside the table). Every set is counted against the official numbers before a model is loaded;
+a partial copy is refused, or scored with --allow-partial and its cells marked. Protocols:
 Table 1 as LGSSL (El Banani et al. 2023), which the paper follows: logistic regression on frozen image
 features with the L2 strength chosen on a held-out fifth of train (`hf_vrl.metrics.linear_probe`; LGSSL refits
 on train + validation too, and scores some sets by mean per-class accuracy, which this does not) and 5-way

@@ -49,7 +49,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="registry name or path: shapes, digits, fashion_mnist, animal_mnist, cub:<root>, "
         "imagefolder:<dir>, hf:<name>, webdataset:<glob>, or a benchmark in its published layout, "
         "<benchmark>:<root> (imagenet, imagenet-r, objectnet, cifar10, flickr30k, ...: "
-        "hf_vrl.data.benchmarks), whose image and class counts are checked against the official ones",
+        "hf_vrl.data.benchmarks), whose image and class counts are checked against the official ones; "
+        "<benchmark>:hf:<Hub mirror> or hf:clip-benchmark/wds_<name> reads a benchmark's Hub mirror with its "
+        "own class names, templates and counts",
     )
     parser.add_argument(
         "--allow-partial",
