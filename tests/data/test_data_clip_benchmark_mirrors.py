@@ -67,8 +67,10 @@ def eurosat_files() -> dict[str, bytes]:
 
 
 def imagenet_files() -> dict[str, bytes]:
-    """wds_imagenet1k: 1,000 class names (the first three written out), OpenAI-style templates, test/."""
-    names = ["tench", "goldfish", "great white shark"] + [f"class number {i}" for i in range(3, 1000)]
+    """wds_imagenet1k: 1,000 class names (the first five written out; OpenAI's list names two classes
+    "missile"), OpenAI-style templates, test/."""
+    names = ["tench", "goldfish", "great white shark", "missile", "missile"]
+    names += [f"class number {i}" for i in range(5, 1000)]
     return {
         "classnames.txt": _text(names),
         "zeroshot_classification_templates.txt": b"a bad photo of a {c}.\na photo of many {c}.\n",
@@ -171,6 +173,16 @@ def test_eval_scores_the_imagenet_mirror_with_its_names_and_templates(hub_cache,
         "imagenet:hf:clip-benchmark/wds_imagenet1k", split="test", allow_partial=True
     )
     assert _names(dataset) == ["great white shark", "tench", "goldfish", "great white shark"]
+    label_names = dataset.features[
+        "label"
+    ].names  # a ClassLabel needs distinct names; prompts keep the file's
+    assert label_names[3:5] == ["missile (class 3)", "missile (class 4)"]
+    from hf_vrl.evaluation import mirror_prompts
+
+    assert mirror_prompts("imagenet:hf:clip-benchmark/wds_imagenet1k").class_names[3:5] == (
+        "missile",
+        "missile",
+    )
 
 
 def test_mirror_templates_are_filled_as_clip_benchmark_fills_them(hub_cache):
