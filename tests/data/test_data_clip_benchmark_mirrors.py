@@ -324,3 +324,30 @@ def test_mmvp_vlm_from_the_hub(hub_cache, tiny_clip, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["counts"]["mmvp"]["described"] == "1 of 135 pairs, 1 of 9 categories"
     assert report["counts"]["mmvp"]["source"].startswith("MMVP/MMVP_VLM") and "mmvp" in report
+
+
+def test_cub_from_a_hub_copy(hub_cache):
+    """`cub:hf:<copy>` (was refused): a parquet copy (data/train-*.parquet, data/test-*.parquet, a ClassLabel
+    of the publisher's class folders) read offline from the Hub cache, counted against CUB's official
+    split."""
+    import io
+
+    import datasets
+
+    names = ["001.Black_footed_Albatross", "002.Laysan_Albatross"] + [
+        f"{i:03d}.Bird_{i}" for i in range(3, 201)
+    ]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
+    files = {"README.md": b"# CUB-200-2011\n"}
+    for split, labels in (("train", [0, 1, 1]), ("test", [1, 0])):
+        rows = {"image": [Image.new("RGB", (12, 10), (i * 40, 20, 20)) for i in range(len(labels))]}
+        buffer = io.BytesIO()
+        datasets.Dataset.from_dict(rows | {"label": labels}, features=features).to_parquet(buffer)
+        files[f"data/{split}-00000-of-00001.parquet"] = buffer.getvalue()
+    hub_cache_repo(hub_cache, "efekankavalci/CUB_200_2011", files)
+    test, record = load_counted_dataset("cub:hf:efekankavalci/CUB_200_2011", split="test", allow_partial=True)
+    assert _names(test) == ["laysan albatross", "black footed albatross"]
+    assert record["described"] == "2 of 5,794 images, 2 of 200 classes"
+    assert record["source"].startswith("efekankavalci/CUB_200_2011")
+    train = load_dataset_by_name("cub:hf:efekankavalci/CUB_200_2011", split="train")
+    assert _names(train) == ["black footed albatross", "laysan albatross", "laysan albatross"]

@@ -261,7 +261,7 @@ _PUBLISHED: dict[str, Benchmark] = {
             "cub",
             "CUB-200-2011",
             "classification",
-            ("cub",),
+            ("cub", "hf"),
             {"train": Split(5_994, 200), "test": Split(5_794, 200)},
             "Wah et al. 2011: 5,994 train, 5,794 test images, 200 species",
             class_names_source="the publisher's classes.txt, cleaned ('001.Black_footed_Albatross' -> "
@@ -570,6 +570,15 @@ MIRRORS: dict[str, tuple[HubMirror, ...]] = {
             "mmvp",
             {"test": Split(135, 9)},
             "the official layout on the Hub (Questions.csv and 'MLLM_VLM Images/', 270 images), as published",
+        ),
+    ),
+    "cub": (
+        HubMirror(
+            "efekankavalci/CUB_200_2011",
+            "hf",
+            {"train": Split(5_994, 200), "test": Split(5_794, 200)},
+            "not counted on the copy itself: the publisher's official split, which its data/train-*.parquet "
+            "and data/test-*.parquet are named after (a ClassLabel of the 200 species assumed, not verified)",
         ),
     ),
     "cc3m": (

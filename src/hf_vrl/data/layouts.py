@@ -38,6 +38,7 @@ from . import (
     clip_benchmark,
     cub,
     fine_grained,
+    hub,
     imagenet,
     packed,
     timm_wds,
@@ -50,6 +51,7 @@ from .generic import resolve_columns, to_contract
 from .hub import is_hub_spec
 from .images import DecodeTransform
 from .offline import subsample
+from .prompts import clean_class_name
 from .readers import (
     Layout,
     class_folders,
@@ -104,7 +106,7 @@ def _load_hf(root: Path | str, split: str, benchmark: Benchmark) -> Dataset:
     last: Exception | None = None
     for name in candidates:  # a copy names the split by one of its names ("validation", "test", ...)
         try:
-            raw = load_datasets_copy(str(root), name)
+            raw = load_datasets_copy(str(_datasets_source(root)), name)
             break
         except (ValueError, KeyError, UserError) as error:
             last = error
@@ -117,7 +119,20 @@ def _load_hf(root: Path | str, split: str, benchmark: Benchmark) -> Dataset:
             f"{root}: {benchmark.title} needs a ClassLabel column of its classes, found {raw.features}"
         )
     dataset = to_contract(raw)
+    if (
+        benchmark.class_names is None
+    ):  # CUB: its classes are the publisher's classes.txt, as the copy has them
+        names = ClassLabel(names=[clean_class_name(n) for n in feature.names])
+        return dataset.cast_column(LABEL, names).with_transform(DecodeTransform("image"))
     return relabel(dataset, benchmark, feature.names).with_transform(DecodeTransform("image"))
+
+
+def _datasets_source(root: Path | str) -> Path | str:
+    """Where `datasets` reads a copy from: a Hub id online, its local Hub-cache snapshot offline."""
+    if isinstance(root, str) and is_hub_spec(f"hf:{root}") and hub.is_offline():
+        spec = hub.parse_hub_spec(f"hf:{root}")
+        return hub.local_snapshot(spec.repo_id, spec.revision)
+    return root
 
 
 # -- the registry of layouts ------------------------------------------------------------------------------

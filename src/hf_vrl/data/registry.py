@@ -217,6 +217,8 @@ def load_dataset_by_name(
         return _load_hub(on_hub, split, streaming, {**(stream_options or {}), **kwargs}, **common)
     target = os.path.expanduser(target)
     prefix = _published(prefix, target) if prefix else _detect(target)
+    if prefix in HIERARCHIES and target.startswith("hf:"):  # a Hub copy: its one (fine) level of labels
+        return subset(load_benchmark(prefix, target, split)[0], limit, seed)
     if prefix == "cub":
         if streaming:
             raise ValueError("CUB loads map-style (11,788 local images, read lazily); drop streaming=True")
@@ -273,7 +275,9 @@ def check_dataset_name(name: str, what: str = "--dataset") -> None:
         prefix = prefix or _detect(target)
         if prefix in ("webdataset", "parquet", "csv"):
             webdataset.resolve_files(target)
-        elif prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES, "cc3m"):
+        elif prefix in (*BENCHMARK_PREFIXES, *LEVEL_PREFIXES, "cc3m") or (
+            prefix in HIERARCHIES and target.startswith("hf:")
+        ):
             key = LEVEL_PREFIXES.get(prefix, (prefix,))[0]
             resolve(BENCHMARKS[key], target)  # the layout is there (a UserError names the expected one)
         elif prefix in (*HIERARCHIES, "imagefolder") and not Path(target).is_dir():
