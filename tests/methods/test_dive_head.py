@@ -128,7 +128,7 @@ def test_the_head_is_indexed_by_class():
 
     names = list(IMAGENET_CLASSNAMES)
     assert _head_rows(names, names, "objectnet") == list(range(1000))  # ObjectNet projects the 1000 rows
-    rows = _head_rows(names, ["r"] * 200, "imagefolder:/data/imagenet-r")
+    rows = _head_rows(names, ["r"] * 200, "imagenet-r:/data/x")  # by its key, not a path (issue 34)
     assert rows == [IMAGENET_WNIDS.index(w) for w in imagenet_class_wnids("imagenet-r")]
     assert _head_rows(["cat", "dog", "cow"], ["cow", "cat"], "toy") == [2, 0]
     with pytest.raises(UserError, match="no class"):

@@ -535,8 +535,8 @@ IMAGENET_SUBSETS = {"imagenet-r": "IMAGENET_R_WNIDS", "imagenet-a": "IMAGENET_A_
 
 def imagenet_family(dataset_name: str | None) -> str | None:
     """hf_vrl's name of an ImageNet-family set ("imagenet", "imagenet-v2", "imagenet-sketch", "imagenet-r",
-    "imagenet-a", "objectnet") named by `dataset_name` in any spelling or registry form ("hf:.../imagenet-r",
-    "imagefolder:/data/imagenet-sketch"); None for any other set."""
+    "imagenet-a", "objectnet") named by `dataset_name` in any spelling, or by its registry key
+    ("imagenet-r:/data/x"); None for any other set and for a path however named."""
     return _named_in(dataset_name, IMAGENET_FAMILY)
 
 
