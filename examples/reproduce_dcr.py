@@ -28,7 +28,7 @@ tower); the plain vision tower (exports/vision-tower) serves Table 2.
 mmvp_vlm/ (Table 1), mnist/ cifar10/ eurosat/ caltech101/ dtd/ imagenet/ (Tables 2 and 6: the test split;
 ImageNet's test is its validation set), flickr30k/ mscoco/ (Table 6: Karpathy's test splits). Without
 --data-root or --source a set is read from its Hub mirror (hf:clip-benchmark/wds_<name>, with the mirror's own
-class names, templates and counts; noted beside the table with where it differs from the paper). Every set is
+class names, templates and counts; noted beside the table with where it differs). Every set is
 counted against the official numbers before a model is loaded; a partial copy is refused, or scored with
 --allow-partial and its cells marked. Clustering is k-means with k = the number of classes on L2-normalised
 image embeddings (NMI / ACC / ARI, App. E.4); zero-shot and retrieval follow LAION's clip_benchmark (OpenAI's

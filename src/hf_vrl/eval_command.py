@@ -270,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"PARTIAL {split}: {record['described']} (these numbers are not the benchmark's)")
         if record.get("source"):
             differs = record.get("differs")
-            differs = f"; differs from the paper's protocol: {differs}" if differs else ""
+            differs = (
+                f"; where it differs from hf_vrl's reading of the benchmark: {differs}" if differs else ""
+            )
             print(f"MIRROR {split}: scored on {record['source']}{differs}")
     print(f"wrote {out / 'report.json'}")
     return 0

@@ -828,8 +828,8 @@ def load_counted_dataset(
     read from its published layout or Hub mirror and its images and classes checked against the official
     counts (a mirror's: its own) before anything is scored: a partial copy is refused in one line unless
     `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there and, for a mirror,
-    which and where it differs from the paper's protocol. FGVC-Aircraft and Stanford Cars are labelled at the
-    level `tasks` score (`task_level`). A user's own data loads as `load_eval_dataset` does; in
+    which and where it differs from the registry's reading. FGVC-Aircraft and Stanford Cars are labelled at
+    the level `tasks` score (`task_level`). A user's own data loads as `load_eval_dataset` does; in
     clip_benchmark's layout it is counted too (images, captions), against no official numbers."""
     from hf_vrl.data.benchmarks import check_counts
     from hf_vrl.data.layouts import load_benchmark, subset

@@ -225,7 +225,7 @@ class TableData:
         ]
         for name, record in self.counts.items():
             if record.get("source"):
-                differs = f"; differs from the paper: {record['differs']}" if record.get("differs") else ""
+                differs = f"; where it differs: {record['differs']}" if record.get("differs") else ""
                 lines.append(f"{name}: scored on the Hub mirror {record['source']}{differs}")
         return lines
 

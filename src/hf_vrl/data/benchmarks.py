@@ -9,7 +9,8 @@ split its published layout is read with is counted (SUN397: the publisher's firs
 split 1; Caltech-101: 30 images a class for train as tfds draws them; EuroSAT: the whole set as the test
 set, clip_benchmark's torchvision reading; its Hub mirror is VTAB's, 5,400 test), and a split left to the
 user has its class count checked only (`images=None`). `MIRRORS`: each benchmark's copies on the Hub, with
-their own counts, and where scoring them differs from the paper's protocol.
+their own counts, and where scoring them differs from the registry's reading (the papers' protocol as
+hf_vrl implements it; a paper that states another split says so in README).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class Split:
 class HubMirror:
     """A copy of a benchmark on the Hugging Face Hub: its repo, the layout it is read with, its own splits
     (by the mirror's names) with its own counts and their source (None where unverified), the benchmark's
-    split names in the mirror's, and where scoring it differs from the paper's protocol."""
+    split names in the mirror's, and where scoring it differs from the registry's reading of the benchmark
+    (the papers' protocol as hf_vrl implements it)."""
 
     repo_id: str
     layout: str
@@ -706,7 +708,7 @@ class Counts:
     official_texts: int | None = None
     missing_classes: tuple[str, ...] = ()
     source: str | None = None  # a Hub mirror's repo and where its counts come from, when the data are one
-    differs: str | None = None  # where scoring that mirror differs from the paper's protocol
+    differs: str | None = None  # where scoring that mirror differs from the registry's reading
 
     @property
     def complete(self) -> bool:
