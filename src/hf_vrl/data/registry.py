@@ -147,10 +147,15 @@ def _detect(path: str) -> str:
 
 
 def _published(prefix: str, target: str) -> str:
-    """`prefix`, or for "imagefolder:" a folder holding a benchmark's annotated layout, that benchmark's."""
+    """`prefix`, or for "imagefolder:" a folder holding a benchmark's annotated layout, that benchmark's; for
+    "hf:" a local copy of a webdataset repo (a folder of .tar shards, not a save_to_disk folder) "webdataset":
+    it streams as the repo does."""
     from .layouts import published_benchmark
 
-    return (prefix == "imagefolder" and published_benchmark(Path(target))) or prefix
+    folder = Path(target)
+    if prefix == "hf" and folder.is_dir() and not (folder / "state.json").is_file():
+        return "webdataset" if any(folder.glob("*.tar")) else prefix
+    return (prefix == "imagefolder" and published_benchmark(folder)) or prefix
 
 
 def load_dataset_by_name(
@@ -218,8 +223,9 @@ def is_streamed(name: str) -> bool:
     prefix, target = parse_name(name)
     if _hub_target(prefix, target) is not None:
         return True  # a Hub dataset streams in training (its shards, tables or images)
+    target = os.path.expanduser(target)
     try:
-        prefix = prefix or _detect(os.path.expanduser(target))
+        prefix = _published(prefix, target) if prefix else _detect(target)
     except FileNotFoundError:
         return False
     return prefix in ("cc3m", "webdataset", "parquet", "csv")
