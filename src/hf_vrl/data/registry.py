@@ -69,7 +69,6 @@ NAMED: dict[str, Callable[..., Dataset]] = {
 }
 
 
-STREAM_OPTIONS = ("shuffle_buffer", "decode_size", "require_trainable", "max_member_bytes")
 COLUMN_OPTIONS = ("image_column", "caption_column", "label_column")
 
 

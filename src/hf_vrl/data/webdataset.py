@@ -61,9 +61,8 @@ from .splits import files_of_split
 
 TAR_EXTENSIONS = (".tar", ".tar.gz", ".tgz")
 URL_PREFIXES = ("hf://", "http://", "https://", "pipe:")
-MAX_MEMBER_BYTES = (
-    64 * 2**20
-)  # a tar member above this is skipped unread (the largest web images are a few MB)
+# a tar member above this is skipped unread (the largest web images are a few MB)
+MAX_MEMBER_BYTES = 64 * 2**20
 OVERSIZED_MEMBER = "oversized_member"
 CHECK_SAMPLES = 256  # raw samples read at most to find a trainable one before a run starts
 _HUB_RESOLVE = re.compile(r"^https://huggingface\.co/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
@@ -220,7 +219,7 @@ def local_shard(spec: str) -> str | None:
     match = _HUB_RESOLVE.match(spec)
     if match is not None:
         repo, revision, filename = match.groups()
-        return str(hub.dataset_file(repo, filename, None if revision == "main" else revision))
+        return str(hub.dataset_file(repo, filename, revision))
     if spec.startswith(hub.HF_URL_PREFIX):
         found = hub.parse_hub_spec(spec)
         return str(hub.dataset_file(found.repo_id, found.path, found.revision))
