@@ -2,11 +2,11 @@
 
 1. Readers, per process (one process, no loader workers): images per CPU second of the process delivered as
    (RGB image, caption) from the same CC3M-like webdataset shards (JPEGs with a 512 px shortest edge, as
-   pixparse/cc3m-wds stores them) by hf_vrl's streamed run path (`webdataset:<folder>` as `hf-vrl train` loads it: shuffle buffer,
-   JPEGs decoded at reduced scale for the model's 224 px), the same without the reduced decode, hf_vrl's Hub
-   path (`hf:<repo>` from a local Hub-cache copy, offline, as `hf-vrl train` loads it), `datasets`'
-   webdataset streaming, and the `webdataset` library (the baseline: ratios are against it). Best of
-   `--rounds` interleaved rounds (CPU time: the machine may be shared).
+   pixparse/cc3m-wds stores them) by hf_vrl's streamed run path (`webdataset:<folder>` as `hf-vrl train`
+   loads it: shuffle buffer, JPEGs decoded at reduced scale for the model's 224 px), the same without the
+   reduced decode, hf_vrl's Hub path (`hf:<repo>` from a local Hub-cache copy, offline, as `hf-vrl train`
+   loads it), `datasets`' webdataset streaming, and the `webdataset` library (the baseline: ratios are
+   against it). Best of `--rounds` interleaved rounds (CPU time: the machine may be shared).
 2. Preprocessing: images/s through decode + preprocessing from local webdataset shards: hf_vrl's pipeline
    (streaming `load_image_text` + `ImageTextCollator` in a DataLoader) against a plain PIL loop (open each
    member, convert, resize, center crop, normalise with numpy).
