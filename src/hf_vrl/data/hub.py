@@ -3,8 +3,9 @@
 
 Online, files are listed with `HfApi.list_repo_files` and fetched one by one with `hf_hub_download` (into the
 Hub cache, so a shard is downloaded once and read from disk after); offline (`HF_HUB_OFFLINE=1`, or the Hub
-unreachable) both come from the local Hub cache (`snapshot_download(..., local_files_only=True)`). When
-neither has the repo, a one-line `UserError` says so; no connection or cache error reaches the user raw.
+unreachable) both come from the local Hub cache (`snapshot_download(..., local_files_only=True)`): the files
+a snapshot holds, which for a repo downloaded in part are only those. When neither has the repo, a one-line
+`UserError` says so; no connection or cache error reaches the user raw.
 
 Spellings (`parse_hub_spec`): `hf:<org>/<name>`, `hf:<org>/<name>@<revision>`, `hf:<org>/<name>/<path or
 glob>`, `hf://datasets/<org>/<name>[@<revision>]/<path or glob>` (HfFileSystem's URL; a revision holding a
@@ -51,6 +52,7 @@ __all__ = [
 
 HF_PREFIX = "hf:"
 HF_URL_PREFIX = "hf://datasets/"
+_TRUE = ("1", "ON", "YES", "TRUE")
 _OFFLINE_HINT = "run once online (or huggingface-cli download {repo} --repo-type dataset) to fill the cache"
 
 
@@ -101,12 +103,7 @@ def parse_hub_spec(spec: str) -> HubSpec:
 
 def is_offline() -> bool:
     """Whether the Hub is offline (`HF_HUB_OFFLINE`, read now: huggingface_hub reads it at import)."""
-    return constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in (
-        "1",
-        "ON",
-        "YES",
-        "TRUE",
-    )
+    return constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
 
 
 def _not_reachable(repo_id: str, revision: str | None, error: BaseException) -> UserError:
