@@ -115,7 +115,7 @@ def test_columns_named_for_shards_read_json_fields_and_cls(hub_cache):
     assert [row["label"] for row in rows] == [2, 3, 4, 5]
 
 
-def test_a_parquet_repo_streams_through_the_table_reader(hub_cache):
+def test_a_parquet_repo_streams_through_datasets_from_the_cache(hub_cache):
     table = pa.table(
         {
             "image": [{"bytes": jpeg(i), "path": None} for i in range(3)],
@@ -126,7 +126,9 @@ def test_a_parquet_repo_streams_through_the_table_reader(hub_cache):
     pq.write_table(table, buffer)
     files = {"data/train-00000-of-00001.parquet": buffer.getvalue(), "data/test-00000-of-00001.parquet": b""}
     hub_cache_repo(hub_cache, "someone/pairs", files)
-    rows = list(load_dataset_by_name("hf:someone/pairs", "train"))
+    data = load_dataset_by_name("hf:someone/pairs", "train", streaming=True)
+    assert isinstance(data, IterableDataset) and not is_streamed("hf:someone/pairs")  # map-style in a run
+    rows = list(data)
     assert [row["caption"] for row in rows] == ["one", "two", "three"] and rows[0]["image"].size == (48, 40)
 
 

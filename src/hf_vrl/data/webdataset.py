@@ -112,12 +112,12 @@ def data_files(names: Sequence[str]) -> list[str]:
 
 
 def hub_shards(spec: hub.HubSpec, split: str | None) -> list[str]:
-    """The `hf://` URLs of a Hub repo's data files (`data_files`) of `split` (by the repo's own split names,
+    """The `hf://` URLs of a Hub repo's webdataset shards of `split` (by the repo's own split names,
     `hf_vrl.data.splits`) under `spec.path`, at the commit the revision names now (a run reads one version
-    of the repo); a glob in `spec.path` is read as named. Empty when the repo holds no shards or tables (an
+    of the repo); a glob in `spec.path` is read as named. Empty when the repo holds no shards (a parquet or
     image repo: `datasets` reads it)."""
     commit, files = hub.dataset_snapshot(spec.repo_id, spec.revision)
-    found = data_files(hub.matching_files(spec, files))
+    found = [name for name in hub.matching_files(spec, files) if name.endswith(TAR_EXTENSIONS)]
     if found and not glob.has_magic(spec.path):
         found = files_of_split(found, split, str(spec), relative_to=spec.path.strip("/"))
     return [hub.file_url(spec.repo_id, name, commit) for name in found]
