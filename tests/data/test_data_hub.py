@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
-from hub_fixtures import cc3m_wds_files, hub_cache_repo
+from hub_fixtures import SHA, cc3m_wds_files, hub_cache_repo
 from huggingface_hub import constants
 
-from hf_vrl.data.hub import HubSpec, dataset_file, dataset_repo_files, parse_hub_spec
+from hf_vrl.data.hub import HubSpec, dataset_file, dataset_repo_files, dataset_snapshot, parse_hub_spec
+from hf_vrl.data.webdataset import hub_shards
 from hf_vrl.errors import UserError
 
 
@@ -47,7 +48,10 @@ def test_repo_files_and_one_file_come_from_the_local_cache_offline(hub_cache: Pa
     files = cc3m_wds_files([3, 3], [2])
     hub_cache_repo(hub_cache, "pixparse/cc3m-wds", files)
     listed = dataset_repo_files("pixparse/cc3m-wds")
-    assert listed == sorted(files)
+    assert listed == sorted(files) and dataset_snapshot("pixparse/cc3m-wds") == (SHA, listed)
+    assert hub_shards(parse_hub_spec("hf:pixparse/cc3m-wds"), "validation") == [
+        f"hf://datasets/pixparse/cc3m-wds@{SHA}/cc3m-validation-0000.tar"  # the commit read now, pinned
+    ]
     path = dataset_file("pixparse/cc3m-wds", "cc3m-validation-0000.tar")
     assert path.read_bytes() == files["cc3m-validation-0000.tar"]
     assert Path(constants.HF_HUB_CACHE) in path.parents

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from datasets import IterableDataset
+from datasets.distributed import split_dataset_by_node
 from hub_fixtures import (
     SHA,
     cc3m_wds_files,
@@ -69,7 +70,7 @@ def test_a_hub_repo_gives_each_split_its_own_shards(cc3m_hub, name, split, expec
     assert keys(load_dataset_by_name(name, split)) == expected
 
 
-@pytest.mark.parametrize("spelling", ["cc3m:{}", "{}", "webdataset:{}"])
+@pytest.mark.parametrize("spelling", ["cc3m:{}", "{}", "webdataset:{}", "hf:{}"])
 def test_a_local_pixparse_folder_never_mixes_train_and_validation(tmp_path, spelling):
     """The published layout on disk: 8 trainable of 9 training samples, 3 validation samples."""
     folder = write_files(tmp_path / "cc3m-wds", cc3m_wds_files([5, 4], [3], bad_caption=True))
@@ -78,6 +79,12 @@ def test_a_local_pixparse_folder_never_mixes_train_and_validation(tmp_path, spel
     assert keys(load_dataset_by_name(name, "validation")) == VALIDATION_KEYS
     with pytest.raises(UserError, match="no test split: its files are named for train, validation"):
         load_dataset_by_name(name, "test")
+
+
+def test_each_process_reads_its_own_hub_shards(cc3m_hub):
+    data = load_dataset_by_name("hf:pixparse/cc3m-wds", "train")
+    shares = [keys(split_dataset_by_node(data, rank=rank, world_size=2)) for rank in (0, 1)]
+    assert shares == [TRAIN_KEYS[:4], TRAIN_KEYS[4:]]  # one whole shard each
 
 
 def test_split_folders_give_their_own_files(tmp_path):
@@ -108,7 +115,7 @@ def test_columns_named_for_shards_read_json_fields_and_cls(hub_cache):
     assert [row["label"] for row in rows] == [2, 3, 4, 5]
 
 
-def test_a_parquet_repo_streams_through_the_table_reader(hub_cache):
+def test_a_parquet_repo_streams_through_datasets_from_the_cache(hub_cache):
     table = pa.table(
         {
             "image": [{"bytes": jpeg(i), "path": None} for i in range(3)],
@@ -119,7 +126,9 @@ def test_a_parquet_repo_streams_through_the_table_reader(hub_cache):
     pq.write_table(table, buffer)
     files = {"data/train-00000-of-00001.parquet": buffer.getvalue(), "data/test-00000-of-00001.parquet": b""}
     hub_cache_repo(hub_cache, "someone/pairs", files)
-    rows = list(load_dataset_by_name("hf:someone/pairs", "train"))
+    data = load_dataset_by_name("hf:someone/pairs", "train", streaming=True)
+    assert isinstance(data, IterableDataset) and not is_streamed("hf:someone/pairs")  # map-style in a run
+    rows = list(data)
     assert [row["caption"] for row in rows] == ["one", "two", "three"] and rows[0]["image"].size == (48, 40)
 
 

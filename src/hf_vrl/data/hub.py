@@ -1,10 +1,12 @@
 """The Hugging Face Hub as a data source beside local layouts: a dataset repo named `hf:<org>/<name>` (or
 `hf://datasets/<org>/<name>`), its files listed and fetched through huggingface_hub.
 
-Online, files are listed with `HfApi.list_repo_files` and fetched one by one with `hf_hub_download` (into the
-Hub cache, so a shard is downloaded once and read from disk after); offline (`HF_HUB_OFFLINE=1`, or the Hub
-unreachable) both come from the local Hub cache (`snapshot_download(..., local_files_only=True)`). When
-neither has the repo, a one-line `UserError` says so; no connection or cache error reaches the user raw.
+Online, files are listed with `HfApi.dataset_info` (with the commit they belong to: a run reads one version
+of the repo) and fetched one by one with `hf_hub_download` (into the Hub cache, so a shard is downloaded once
+and read from disk after); offline (`HF_HUB_OFFLINE=1`, or the Hub unreachable) both come from the local Hub
+cache (`snapshot_download(..., local_files_only=True)`): the files a snapshot holds, which for a repo
+downloaded in part are only those. When neither has the repo, a one-line `UserError` says so; no connection
+or cache error reaches the user raw.
 
 Spellings (`parse_hub_spec`): `hf:<org>/<name>`, `hf:<org>/<name>@<revision>`, `hf:<org>/<name>/<path or
 glob>`, `hf://datasets/<org>/<name>[@<revision>]/<path or glob>` (HfFileSystem's URL; a revision holding a
@@ -41,6 +43,7 @@ __all__ = [
     "HubSpec",
     "dataset_file",
     "dataset_repo_files",
+    "dataset_snapshot",
     "file_url",
     "is_hub_spec",
     "is_offline",
@@ -51,6 +54,7 @@ __all__ = [
 
 HF_PREFIX = "hf:"
 HF_URL_PREFIX = "hf://datasets/"
+_TRUE = ("1", "ON", "YES", "TRUE")
 _OFFLINE_HINT = "run once online (or huggingface-cli download {repo} --repo-type dataset) to fill the cache"
 
 
@@ -101,12 +105,7 @@ def parse_hub_spec(spec: str) -> HubSpec:
 
 def is_offline() -> bool:
     """Whether the Hub is offline (`HF_HUB_OFFLINE`, read now: huggingface_hub reads it at import)."""
-    return constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in (
-        "1",
-        "ON",
-        "YES",
-        "TRUE",
-    )
+    return constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
 
 
 def _not_reachable(repo_id: str, revision: str | None, error: BaseException) -> UserError:
@@ -139,31 +138,36 @@ def _not_reachable(repo_id: str, revision: str | None, error: BaseException) -> 
 _REMOTE_ERRORS = (httpx2.HTTPError, OfflineModeIsEnabled, ConnectionError, TimeoutError, HfHubHTTPError)
 
 
-def _cached_files(repo_id: str, revision: str | None) -> list[str]:
-    """The repo's files in the local Hub cache (raises LocalEntryNotFoundError when it has no snapshot)."""
+def _cached_snapshot(repo_id: str, revision: str | None) -> tuple[str, list[str]]:
+    """(commit, files) of the repo's snapshot in the local Hub cache (LocalEntryNotFoundError when none)."""
     folder = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, local_files_only=True))
-    return sorted(
-        p.relative_to(folder).as_posix()
-        for p in folder.rglob("*")
-        if p.is_file() or (p.is_symlink() and p.exists())
-    )
+    files = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    return folder.name, sorted(files)
 
 
-def dataset_repo_files(repo_id: str, revision: str | None = None) -> list[str]:
-    """The files of dataset repo `repo_id` (paths inside the repo, sorted): from the Hub online, else from
-    the local Hub cache; a one-line UserError when neither has it."""
+def dataset_snapshot(repo_id: str, revision: str | None = None) -> tuple[str, list[str]]:
+    """(commit, files) of dataset repo `repo_id` at `revision` (default branch when None): from the Hub
+    online (`HfApi.dataset_info`), else from the local Hub cache; a one-line UserError when neither has it.
+    Reading files at that commit keeps a run on one version of the repo."""
     error: BaseException | None = None
     if not is_offline():
         try:
-            return sorted(HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision))
+            info = HfApi().dataset_info(repo_id, revision=revision)
+            return info.sha, sorted(sibling.rfilename for sibling in info.siblings or ())
         except (RepositoryNotFoundError, RevisionNotFoundError, HFValidationError) as found:
             raise _not_reachable(repo_id, revision, found) from None
         except _REMOTE_ERRORS as unreachable:  # the network is down: the cache may still hold it
             error = unreachable
     try:
-        return _cached_files(repo_id, revision)
+        return _cached_snapshot(repo_id, revision)
     except (LocalEntryNotFoundError, EntryNotFoundError, *_REMOTE_ERRORS, HFValidationError) as missing:
         raise _not_reachable(repo_id, revision, error or missing) from None
+
+
+def dataset_repo_files(repo_id: str, revision: str | None = None) -> list[str]:
+    """The files of dataset repo `repo_id` (paths inside the repo, sorted): from the Hub online, else from
+    the local Hub cache; a one-line UserError when neither has it."""
+    return dataset_snapshot(repo_id, revision)[1]
 
 
 def dataset_file(repo_id: str, filename: str, revision: str | None = None) -> Path:

@@ -11,9 +11,9 @@ published layout, `layouts.py`; "cc3m:<img2dataset folder>" streams its shards),
 `split` where its files are named by split, `cc3m-train-*.tar` beside `cc3m-validation-*.tar` or `train/`
 beside `test/`, and a glob the files it names), "imagefolder:<dir>",
 "hf:<name or path>": a Hub dataset id (`hf:<org>/<name>[@<revision>][/<path or glob>]`, or
-`hf://datasets/<org>/<name>/...`, `hf_vrl.data.hub`) streams its webdataset shards or parquet/CSV tables
-shard by shard (the split chosen by the repo's own file and folder names), other repos (image folders) through
-`datasets`; online from the Hub, offline from the local Hub cache. Shard URLs (`hf://...`,
+`hf://datasets/<org>/<name>/...`, `hf_vrl.data.hub`) streams its webdataset shards shard by shard (the split
+chosen by the repo's own file and folder names); other repos (parquet, image folders) are read by `datasets`
+(streamed with streaming=True); online from the Hub, offline from the local Hub cache. Shard URLs (`hf://...`,
 `https://huggingface.co/.../resolve/...`, `pipe:<command>`) are read as webdataset shards.
 A bare path is recognised: a .tar/.parquet/.csv/.tsv file or glob, a folder holding a
 benchmark's annotated layout (read as that benchmark, `hf_vrl.data.layouts.published_benchmark`: CUB, WILDS'
@@ -72,7 +72,6 @@ NAMED: dict[str, Callable[..., Dataset]] = {
 }
 
 
-STREAM_OPTIONS = ("shuffle_buffer", "decode_size", "require_trainable", "max_member_bytes")
 COLUMN_OPTIONS = ("image_column", "caption_column", "label_column")
 
 
@@ -109,8 +108,9 @@ def _hub_target(prefix: str, target: str) -> str | None:
 
 
 def _load_hub(target: str, split: str, streaming: bool, options: dict[str, Any], **common: Any) -> Any:
-    """A Hub dataset: its shards or tables streamed (`webdataset.hub_shards`), else (an image repo) read by
-    `datasets` from the Hub online, from the local Hub cache's snapshot offline."""
+    """A Hub dataset: its webdataset shards streamed (`webdataset.hub_shards`), else (a parquet or image
+    repo) read by `datasets`, streamed when `streaming` (else map-style, as a labelled set DiVE fine-tunes on
+    needs), from the Hub online, from the local Hub cache's snapshot offline."""
     spec = hub.parse_hub_spec(target)
     shards = webdataset.hub_shards(spec, split)
     if shards:
@@ -148,8 +148,13 @@ def _detect(path: str) -> str:
 
 
 def _published(prefix: str, target: str) -> str:
-    """`prefix`, or for "imagefolder:" a folder holding a benchmark's annotated layout, that benchmark's."""
-    return (prefix == "imagefolder" and published_benchmark(Path(target))) or prefix
+    """`prefix`, or for "imagefolder:" a folder holding a benchmark's annotated layout, that benchmark's; for
+    "hf:" a local copy of a webdataset repo (a folder of .tar shards, not a save_to_disk folder) "webdataset":
+    it streams as the repo does."""
+    folder = Path(target)
+    if prefix == "hf" and folder.is_dir() and not (folder / "state.json").is_file():
+        return "webdataset" if any(folder.glob("*.tar")) else prefix
+    return (prefix == "imagefolder" and published_benchmark(folder)) or prefix
 
 
 def _is_mirror(source: str) -> bool:
@@ -246,10 +251,15 @@ def is_streamed(name: str) -> bool:
     if name in NAMED:
         return False
     prefix, target = parse_name(name)
-    if _hub_target(prefix, target) is not None:
-        return True  # a Hub dataset streams in training (its shards, tables or images)
+    on_hub = _hub_target(prefix, target)
+    if on_hub is not None:  # a webdataset repo streams; its files are listed (from the cache offline)
+        try:
+            return bool(webdataset.hub_shards(hub.parse_hub_spec(on_hub), None))
+        except UserError:
+            return True  # unreachable: check_dataset_name says so before anything is written
+    target = os.path.expanduser(target)
     try:
-        prefix = prefix or _detect(os.path.expanduser(target))
+        prefix = _published(prefix, target) if prefix else _detect(target)
     except FileNotFoundError:
         return False
     return prefix in ("cc3m", "webdataset", "parquet", "csv") and mirror_source(name) is None

@@ -4,7 +4,8 @@ itself infers splits from (`datasets.data_files.SPLIT_KEYWORDS`: validation is a
 
 A set of files whose names carry no split is one split: every file is read whatever split is asked for (an
 img2dataset folder, `00000.tar`...). A set where some files carry a split gives each split its own files, so
-training never reads validation shards and a validation split never reads training ones.
+training never reads validation shards and a validation split never reads training ones (files without a
+split name beside named ones belong to none and are not read).
 """
 
 from __future__ import annotations

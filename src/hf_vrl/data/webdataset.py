@@ -61,9 +61,8 @@ from .splits import files_of_split
 
 TAR_EXTENSIONS = (".tar", ".tar.gz", ".tgz")
 URL_PREFIXES = ("hf://", "http://", "https://", "pipe:")
-MAX_MEMBER_BYTES = (
-    64 * 2**20
-)  # a tar member above this is skipped unread (the largest web images are a few MB)
+# a tar member above this is skipped unread (the largest web images are a few MB)
+MAX_MEMBER_BYTES = 64 * 2**20
 OVERSIZED_MEMBER = "oversized_member"
 CHECK_SAMPLES = 256  # raw samples read at most to find a trainable one before a run starts
 _HUB_RESOLVE = re.compile(r"^https://huggingface\.co/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
@@ -113,14 +112,15 @@ def data_files(names: Sequence[str]) -> list[str]:
 
 
 def hub_shards(spec: hub.HubSpec, split: str | None) -> list[str]:
-    """The `hf://` URLs of a Hub repo's data files (`data_files`) of `split` (by the repo's own split names,
-    `hf_vrl.data.splits`) under `spec.path`; a glob in `spec.path` is read as named. Empty when the repo
-    holds no shards or tables (an image repo: `datasets` reads it)."""
-    files = hub.matching_files(spec, hub.dataset_repo_files(spec.repo_id, spec.revision))
-    found = data_files(files)
+    """The `hf://` URLs of a Hub repo's webdataset shards of `split` (by the repo's own split names,
+    `hf_vrl.data.splits`) under `spec.path`, at the commit the revision names now (a run reads one version
+    of the repo); a glob in `spec.path` is read as named. Empty when the repo holds no shards (a parquet or
+    image repo: `datasets` reads it)."""
+    commit, files = hub.dataset_snapshot(spec.repo_id, spec.revision)
+    found = [name for name in hub.matching_files(spec, files) if name.endswith(TAR_EXTENSIONS)]
     if found and not glob.has_magic(spec.path):
         found = files_of_split(found, split, str(spec), relative_to=spec.path.strip("/"))
-    return [hub.file_url(spec.repo_id, name, spec.revision) for name in found]
+    return [hub.file_url(spec.repo_id, name, commit) for name in found]
 
 
 def _folder_files(folder: Path) -> list[str]:
@@ -220,7 +220,7 @@ def local_shard(spec: str) -> str | None:
     match = _HUB_RESOLVE.match(spec)
     if match is not None:
         repo, revision, filename = match.groups()
-        return str(hub.dataset_file(repo, filename, None if revision == "main" else revision))
+        return str(hub.dataset_file(repo, filename, revision))
     if spec.startswith(hub.HF_URL_PREFIX):
         found = hub.parse_hub_spec(spec)
         return str(hub.dataset_file(found.repo_id, found.path, found.revision))

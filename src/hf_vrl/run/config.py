@@ -128,8 +128,8 @@ class DataConfig:
         "training data: a registry name or path (shapes, fashion_mnist, animal_mnist, digits, "
         "cc3m:<img2dataset folder>, webdataset:<glob or brace pattern>, parquet:<glob>, csv:<glob>, "
         "<benchmark>:<folder> (cub, imagenet, fmow, ...), imagefolder:<dir>, hf:<org>/<name>[@rev][/<glob>] "
-        "(a Hub dataset, streamed shard by shard; offline from the local Hub cache), hf://datasets/..., "
-        "pipe:<command>)",
+        "(a Hub dataset: a webdataset repo streamed shard by shard; offline from the local Hub cache), "
+        "hf://datasets/..., pipe:<command>)",
     )
     split: str = setting(
         "train", "training split (a folder or Hub repo of shards named by split gives that split's files)"

@@ -85,7 +85,7 @@ class Run:
     def _load(self, name: str, what: str, split: str, limit: int | None, image_size: int | None) -> Any:
         """`load_dataset_by_name` once per arguments (the checks before the first write load what training
         then uses); a source that cannot be loaded is one line naming the setting."""
-        from hf_vrl.data.registry import is_streamed, load_dataset_by_name
+        from hf_vrl.data.registry import load_dataset_by_name
 
         key = (name, split, limit, image_size)
         if key not in self._datasets:
@@ -105,7 +105,6 @@ class Run:
                 self._datasets[key] = load_dataset_by_name(
                     name,
                     split=split,
-                    streaming=training and is_streamed(name),
                     limit=limit,
                     seed=self.config.seed,
                     image_size=image_size,
