@@ -797,9 +797,9 @@ def _benchmark_source(name: str) -> tuple[str, str] | None:
     from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of_repo
     from hf_vrl.data.hub import is_hub_spec, parse_hub_spec
     from hf_vrl.data.layouts import published_benchmark
-    from hf_vrl.data.registry import LEVEL_PREFIXES, PREFIXES
+    from hf_vrl.data.registry import LEVEL_PREFIXES, parse_name
 
-    prefix, _, target = name.partition(":") if name.split(":", 1)[0] in PREFIXES else ("", "", name)
+    prefix, target = parse_name(name)
     if prefix in LEVEL_PREFIXES or prefix in BENCHMARKS:
         key = LEVEL_PREFIXES.get(prefix, (prefix,))[0]
     elif prefix == "hf" and is_hub_spec(name):

@@ -48,7 +48,7 @@ from . import (
 )
 from .benchmarks import BENCHMARKS, CLIP_BENCHMARK_LAYOUT, Benchmark, Counts, HubMirror, Split
 from .generic import resolve_columns, to_contract
-from .hub import is_hub_spec
+from .hub import HF_URL_PREFIX, is_hub_spec
 from .images import DecodeTransform
 from .offline import subsample
 from .prompts import clean_class_name
@@ -201,6 +201,8 @@ def resolve(benchmark: Benchmark, source: str) -> tuple[Layout, Path | str]:
     prefix, _, target = source.partition(":")
     if not target or len(prefix) == 1:  # no prefix (or a Windows drive)
         prefix, target = "", source
+    if source.startswith(HF_URL_PREFIX):  # hf://datasets/<org>/<name>: not cut at its first colon
+        prefix, target = "hf", source
     target = os.path.expanduser(target)
     if prefix == "hf":
         return _resolve_hf(benchmark, target)
@@ -220,7 +222,7 @@ def _resolve_hf(benchmark: Benchmark, target: str) -> tuple[Layout, Path | str]:
     """(layout, source) of `hf:<target>`: a Hub repo (or folder) in one of the benchmark's shard layouts
     (clip_benchmark's `<split>/nshards.txt`, timm's `imagenet1k-<split>-*.tar`), else a `datasets` copy (a
     Hub id, save_to_disk folder or parquet files)."""
-    spec = f"hf:{target}"
+    spec = target if target.startswith(HF_URL_PREFIX) else f"hf:{target}"
     shard_layouts = [n for n in (CLIP_BENCHMARK_LAYOUT, timm_wds.LAYOUT.name) if n in benchmark.layouts]
     if shard_layouts and is_hub_spec(spec):
         names = clip_benchmark.SourceFiles.of(spec).names
