@@ -155,7 +155,31 @@ def is_streamed(name: str) -> bool:
         prefix = prefix or _detect(os.path.expanduser(target))
     except FileNotFoundError:
         return False
-    return prefix in ("webdataset", "parquet", "csv")
+    return prefix in ("cc3m", "webdataset", "parquet", "csv")
+
+
+GENERATED = frozenset({"shapes"})  # drawn afresh from a seed: `limit` is how many are generated
+TEMPLATE_CAPTIONS = frozenset({"fashion_mnist", "animal_mnist", "digits"})  # captions hf_vrl writes
+
+
+def how_drawn(name: str | None, n_samples: int | None, limit: int | None) -> str:
+    """How the rows `load_dataset_by_name(name, limit=limit)` gave were drawn: "generated" (the shapes world,
+    from the seed), "whole split" (no limit, or fewer rows than it), "stream start" (the first `limit` rows
+    of a stream, in its order), else "seeded subset" (a seeded random subset of `limit` rows)."""
+    if name in GENERATED:
+        return "generated"
+    if limit is None or (n_samples is not None and n_samples < limit):
+        return "whole split"
+    return "stream start" if name is not None and is_streamed(name) else "seeded subset"
+
+
+def text_source(name: str | None) -> str | None:
+    """Where the captions of `name`'s rows come from when hf_vrl writes them: "generated" (the shapes
+    world's captions of its factors), "templates" (hf_vrl's caption templates filled with the class name);
+    None: the data's own captions, or class-name templates where a set has none (not told apart here)."""
+    if name in GENERATED:
+        return "generated"
+    return "templates" if name in TEMPLATE_CAPTIONS else None
 
 
 def check_dataset_name(name: str, what: str = "--dataset") -> None:
