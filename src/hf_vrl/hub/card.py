@@ -170,7 +170,8 @@ def _folder_sections(kind: str | None) -> dict[str, str]:
         "retrieval and image or text features, as the released checkpoint."
         if official
         else "A starting point for DiffCLIP training (`hf-vrl train diffclip`): a CLIP with the differential "
-        "branch added to each attention layer, close to its source CLIP; not a trained DiffCLIP."
+        "branch added to each attention layer (how close it stays to its source is under Conversion, where "
+        "measured); not a trained DiffCLIP."
         if kind
         else "An hf_vrl model saved outside a training run: what it was made for is not recorded here."
     )
