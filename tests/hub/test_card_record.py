@@ -19,7 +19,7 @@ from hf_vrl.data.registry import how_drawn
 from hf_vrl.evaluation import data_record
 from hf_vrl.hub import build_model_card
 from hf_vrl.hub.record import NOT_SHOWN, effect
-from hf_vrl.hub.results import METRICS, data_table, eval_results
+from hf_vrl.hub.results import METRICS, data_table, eval_results, samples_text
 from hf_vrl.run.report import log_evaluation, metric_numbers
 from hf_vrl.trainer import VRLTrainingArguments
 
@@ -225,6 +225,11 @@ def test_a_streamed_evaluation_is_carded_as_the_first_rows():
     table = data_table(report)
     assert "9 samples, the first rows of the stream, in its order" in table
     assert "9 samples, a seeded random subset (seed 0)" in table
+    shuffled = {"drawn": "shuffled stream start", "limit": 64, "shuffle_buffer": 1000, "seed": 1}
+    assert (
+        samples_text(shuffled)
+        == "64 samples, the first rows of the stream through a shuffle buffer of 1000 (seed 1)"
+    )
 
 
 def test_retrieval_on_captions_hf_vrl_wrote_is_not_filed_under_the_dataset(diffclip_run):

@@ -295,6 +295,8 @@ def samples_text(record: Mapping[str, Any]) -> str | None:
         "generated": f"generated (seed {seed})",
         "whole split": "the whole split",
         "stream start": "the first rows of the stream, in its order",
+        "shuffled stream start": f"the first rows of the stream through a shuffle buffer of "
+        f"{record.get('shuffle_buffer')} (seed {seed})",
         "seeded subset": f"a seeded random subset (seed {seed})",
     }.get(drawn)
     if count is None and record.get("limit") is not None and drawn != "whole split":

@@ -168,7 +168,9 @@ class Run:
             data.dataset, data.split, loaded[0], limit=data.train_limit, seed=self.config.seed
         )
         if record.get("drawn") == "stream start" and data.shuffle_buffer:
-            record.update(drawn="shuffled stream start", shuffle_buffer=data.shuffle_buffer)
+            record.update(
+                drawn="shuffled stream start", shuffle_buffer=data.shuffle_buffer, seed=self.config.seed
+            )
         return record
 
     def check_data(self, image_size: int | None) -> None:
