@@ -81,6 +81,10 @@ def test_the_card_of_a_step_limited_run_says_the_numbers_its_record_holds(dcr_li
     for sentence in _sentences(text):  # no step count the run did not run (150, 200, 100 are configured)
         for count in re.findall(r"(?<![\w.=])(\d+) steps", sentence):
             assert count in recorded_steps or "warm-up" in sentence, sentence
+    assert (
+        "| step limit | --step-limit 3: every training loop (stages and in-run pre-trainings) ran at most 3"
+        in text
+    )
     budget = re.search(r"Its training budget: (\d+) optimiser steps.*?pre-trainings of (\d+) steps", text)
     assert budget.groups() == (str(train["steps"]), str(sum(r["steps"] for r in inputs.values())))
     # the data: the training rows and how they were drawn; the pairs the P-ability was scored on

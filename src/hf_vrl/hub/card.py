@@ -458,9 +458,22 @@ def _training_table(config: Mapping[str, Any], report: Mapping[str, Any]) -> str
         ),
         ("precision", _PRECISIONS.get(config.get("precision"), f"{config.get('precision')} mixed")),
         ("seed", config.get("seed")),
+        *_step_limit(optim),
         ("training time", f"{train.get('runtime_s', 0):g} s ({train.get('samples_per_s', 0):g} samples/s)"),
     ]
     return markdown.table(["setting", "value"], rows)
+
+
+def _step_limit(optim: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The row of a run under `--step-limit`: its configured step counts (the settings below) did not run."""
+    limit = optim.get("step_limit")
+    if limit is None:
+        return []
+    text = (
+        f"--step-limit {limit}: every training loop (stages and in-run pre-trainings) ran at most {limit} "
+        "steps; the step counts among the settings are as configured, not as run"
+    )
+    return [("step limit", text)]
 
 
 def _settings_table(config: Mapping[str, Any], method: MethodCard) -> str:

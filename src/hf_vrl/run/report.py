@@ -72,23 +72,25 @@ def log_evaluation(report: Mapping[str, Any], args: Any, step: int) -> None:
     """The run's evaluation through the loggers of its `report_to`, as the Trainer logs an evaluation: every
     number of `report["before"]` / `report["after"]` as `eval_<task>.<metric>` (`log_tag`), before at step 0
     and after at `step`, both in the folder of `args` (the TrainingArguments of the last stage: TensorBoard
-    writes `eval/<task>.<metric>` beside its training scalars), so one tag holds the before → after."""
+    writes `eval/<task>.<metric>` beside its training scalars), so one tag holds the before → after (one
+    logger each, so one event file holds both, in order)."""
     from transformers import TrainerControl, TrainerState
     from transformers.integrations import TensorBoardCallback, get_reporting_integration_callbacks
 
+    callbacks = [callback() for callback in get_reporting_integration_callbacks(args.report_to)]
+    control, state = TrainerControl(), TrainerState(global_step=0)
+    for callback in callbacks:
+        if isinstance(callback, TensorBoardCallback):
+            callback.logging_dir = args.logging_dir  # the stage's folder, as VRLTrainer points it
     for stage, at in (("before", 0), ("after", step)):
         numbers = metric_numbers(report.get(stage) or {})
-        callbacks = [callback() for callback in get_reporting_integration_callbacks(args.report_to)]
-        if not numbers or not callbacks:
-            continue
-        state, control = TrainerState(global_step=at), TrainerControl()
+        state.global_step = at
         logs = {f"eval_{log_tag(name)}": value for name, value in numbers.items()}
-        for callback in callbacks:
-            if isinstance(callback, TensorBoardCallback):
-                callback.logging_dir = args.logging_dir  # the stage's folder, as VRLTrainer points it
+        for callback in callbacks if numbers else ():
             callback.on_log(args, state, control, logs=logs)
-            if isinstance(callback, TensorBoardCallback):
-                callback.on_train_end(args, state, control)  # closes its event file
+    for callback in callbacks:
+        if isinstance(callback, TensorBoardCallback):
+            callback.on_train_end(args, state, control)  # closes its event file
 
 
 # what a comparison shows by default: headline metrics of every method, in this order
