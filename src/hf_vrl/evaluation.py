@@ -521,7 +521,7 @@ def data_record(
         "drawn": drawn,
         "limit": limit,
         "seed": seed if drawn in ("generated", "seeded subset") else None,
-        "texts": text_source(name),
+        "texts": text_source(name, dataset),
         "classes": list(classes) if classes else None,
         "labels": labels if labels != "label" else None,
         "transform": transform,

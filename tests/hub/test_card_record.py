@@ -281,3 +281,29 @@ def test_logger_tags_have_no_spaces(tmp_path):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert "eval/transfer.held-out_classes" in tags and not [t for t in tags if " " in t]
+
+
+def _saved(folder: Path, captions: bool) -> str:
+    from datasets import ClassLabel, Dataset, Features, Value
+    from datasets import Image as ImageFeature
+    from PIL import Image
+
+    columns = {"image": [Image.new("RGB", (8, 8), (40 * i, 0, 0)) for i in range(4)], "label": [0, 1, 0, 1]}
+    features = {"image": ImageFeature(), "label": ClassLabel(names=["cat", "dog"])}
+    if captions:
+        columns["caption"], features["caption"] = ["a cat", "a dog", "one cat", "one dog"], Value("string")
+    Dataset.from_dict(columns, features=Features(features)).save_to_disk(str(folder))
+    return f"hf:{folder}"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_captions_hf_vrl_wrote_for_a_set_without_any_are_recorded(tmp_path, streaming):
+    """A Hub-format set with labels and no caption column gets hf_vrl's class-name captions: its records say
+    so (`texts`), so its image-text retrieval never reaches the model-index; a set with captions does not."""
+    from hf_vrl.data.registry import load_dataset_by_name
+    from hf_vrl.run.data import materialise
+
+    for captions, texts in ((False, "templates"), (True, None)):
+        name = _saved(tmp_path / f"set-{captions}", captions)
+        rows = materialise(load_dataset_by_name(name, split="train", streaming=streaming), 4, "evaluation")
+        assert data_record(name, "train", rows).get("texts") == texts

@@ -173,13 +173,16 @@ def how_drawn(name: str | None, n_samples: int | None, limit: int | None) -> str
     return "stream start" if name is not None and is_streamed(name) else "seeded subset"
 
 
-def text_source(name: str | None) -> str | None:
-    """Where the captions of `name`'s rows come from when hf_vrl writes them: "generated" (the shapes
-    world's captions of its factors), "templates" (hf_vrl's caption templates filled with the class name);
-    None: the data's own captions, or class-name templates where a set has none (not told apart here)."""
+def text_source(name: str | None, dataset: Any = None) -> str | None:
+    """Where the captions of `name`'s rows (`dataset`, as loaded) come from when hf_vrl writes them:
+    "generated" (the shapes world's captions of its factors), "templates" (hf_vrl's caption templates
+    filled with the class name: the offline sets, and a Hub or local dataset without a caption column, whose
+    caption feature says so); None: the data's own captions (or a benchmark copy's class-name captions)."""
     if name in GENERATED:
         return "generated"
-    return "templates" if name in TEMPLATE_CAPTIONS else None
+    caption = (getattr(dataset, "features", None) or {}).get("caption")
+    made = getattr(caption, "id", None) == generic.TEMPLATE_CAPTIONS
+    return "templates" if name in TEMPLATE_CAPTIONS or made else None
 
 
 def check_dataset_name(name: str, what: str = "--dataset") -> None:
