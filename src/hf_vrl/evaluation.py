@@ -38,6 +38,7 @@ from transformers.utils.logging import tqdm
 from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
 from hf_vrl.data.processors import load_image_processor
+from hf_vrl.data.registry import how_drawn, text_source
 from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.errors import UserError
 
@@ -516,16 +517,21 @@ def data_record(
 ) -> dict[str, Any]:
     """What a report section records of the data its numbers were measured on (`"data"`; the model-index of
     a run's card is read from it, `hf_vrl.hub.results`): the data as the run named it (a registry name,
-    `hf:<id>`, a path), its split and the samples scored, and where these are not the whole split how they
-    were drawn: loaded with `limit` (a seeded random subset of at most that many, `seed`; the whole split
-    where it is smaller), the `classes` kept, the label column scored when not `label`, a `transform` applied
-    to the images (DiVE's shifts)."""
+    `hf:<id>`, a path), its split and the samples scored, how these were drawn (`drawn`,
+    `hf_vrl.data.registry.how_drawn`: generated from `seed`, the whole split, the first `limit` rows of a
+    stream, or a seeded random subset of `limit`), where the captions come from when hf_vrl wrote them
+    (`texts`), the `classes` kept, the label column scored when not `label`, a `transform` applied to the
+    images (DiVE's shifts)."""
+    n_samples = len(dataset) if hasattr(dataset, "__len__") else None
+    drawn = how_drawn(name, None if classes else n_samples, limit)  # classes kept after the draw
     record = {
         "dataset": name,
         "split": split,
-        "n_samples": len(dataset),
+        "n_samples": n_samples,
+        "drawn": drawn,
         "limit": limit,
-        "seed": seed if limit is not None else None,
+        "seed": seed if drawn in ("generated", "seeded subset") else None,
+        "texts": text_source(name, dataset),
         "classes": list(classes) if classes else None,
         "labels": labels if labels != "label" else None,
         "transform": transform,

@@ -69,10 +69,19 @@ def test_final_loads_with_remote_code_and_reproduces_the_evaluation(run):
     recorded = dict(report["after"]["retrieval"])
     assert recorded.pop("data") == {  # the test rows above; granularity on the training rows
         "dataset": "shapes", "split": "test", "n_samples": 24, "limit": 24, "seed": 0, "labels": "fine_label",
+        "drawn": "generated", "texts": "generated",
     }  # fmt: skip
     assert again["retrieval"] == recorded
     assert again["granularity"]["ncc_fine"] == report["after"]["granularity"]["ncc_fine"]
-    granularity = {"dataset": "shapes", "split": "train", "n_samples": 32, "limit": 32, "seed": 0}
+    granularity = {
+        "dataset": "shapes",
+        "split": "train",
+        "n_samples": 32,
+        "limit": 32,
+        "seed": 0,
+        "drawn": "generated",
+        "texts": "generated",
+    }
     assert report["after"]["granularity"]["data"] == granularity
 
 

@@ -54,13 +54,21 @@ def test_two_stages_write_the_common_layout(both):
         assert set(report[name]["clustering"]) == {"nmi", "acc", "ari", "data"}
         assert report[name]["mmvp"]["n_pairs"] == 50 and "text tower" in report[name]["mmvp"]["protocol"]
     # what each was measured on: the evaluation rows, and the toy MMVP-style pairs
-    shapes = {"dataset": "shapes", "split": "test", "n_samples": 30, "limit": 30, "seed": 0}
+    shapes = {
+        "dataset": "shapes",
+        "split": "test",
+        "n_samples": 30,
+        "limit": 30,
+        "seed": 0,
+        "drawn": "generated",
+        "texts": "generated",
+    }
     assert report["after"]["clustering"]["data"] == shapes
     assert report["after"]["clustering_fine"]["data"] == {**shapes, "labels": "fine_label"}
     assert (
         report["after"]["mmvp"]["data"]
         == report["after"]["pairs"]["data"]
-        == {"dataset": "toy", "n_samples": 50}
+        == {"dataset": "toy", "n_samples": 50, "drawn": "generated", "seed": 0}  # generated from the seed
     )
     assert (out / "checkpoints/stage1/done/model.safetensors").exists()
     assert (out / "checkpoints/stage2/checkpoint-2/adapter_model.safetensors").exists()

@@ -85,6 +85,7 @@ def test_final_reloads_with_its_processors_and_reproduces_the_evaluation(runs, a
     processor, tokenizer = AutoImageProcessor.from_pretrained(final), AutoTokenizer.from_pretrained(final)
     report = evaluate_clip(model, processor, tokenizer, data, tasks=("zero_shot", "retrieval"))
     used = {"dataset": "shapes", "split": "test", "n_samples": 16, "limit": 16, "seed": 0}  # the data above
+    used |= {"drawn": "generated", "texts": "generated"}
     for task in ("retrieval", "zero_shot"):
         recorded = dict(reports[arch]["after"][task])
         assert recorded.pop("data") == used  # what the card's model-index reads

@@ -58,13 +58,14 @@ def test_the_common_layout_and_report(run):
     # each number's data: the ID classes of the evaluation rows, the shifts of those, the held-out classes,
     # the named sets, RSA's own set and limit
     after, fashion = report["after"], {"dataset": "fashion_mnist", "split": "test", "limit": 40, "seed": 0}
+    fashion |= {"drawn": "seeded subset", "texts": "templates"}  # a seeded subset; captions hf_vrl wrote
     classes = ["t-shirt/top", "pullover", "dress", "coat", "shirt"]
     assert after["zero_shot"]["data"] == {**fashion, "classes": classes, "n_samples": 20}
     for shift in ("inverted", "blurred", "recoloured"):
         assert after["ood"]["data"][shift] == {**after["zero_shot"]["data"], "transform": shift}
     held_out = after["transfer"]["data"]["held-out classes"]
     assert held_out["classes"] == ["trouser", "sandal", "sneaker", "bag", "ankle boot"]
-    shapes = {"dataset": "shapes", "split": "test", "seed": 0}
+    shapes = {"dataset": "shapes", "split": "test", "seed": 0, "drawn": "generated", "texts": "generated"}
     assert after["transfer"]["data"]["shapes"] == {**shapes, "limit": 40, "n_samples": 40}
     assert after["rsa"]["data"] == {**shapes, "limit": 12, "n_samples": 12}
     rsa = {key: report["before"]["rsa"][key] for key in ("image", "text")}

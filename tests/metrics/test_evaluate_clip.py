@@ -601,7 +601,15 @@ def test_main_with_the_registry_shapes_world(clip_dir, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["n_samples"] == 24 and {"zero_shot", "clustering", "granularity"} <= set(report)
     assert report["skipped"] == {} and "figures" not in report
-    measured_on = {"dataset": "shapes", "split": "test", "n_samples": 24, "limit": 24, "seed": 0}
+    measured_on = {
+        "dataset": "shapes",
+        "split": "test",
+        "n_samples": 24,
+        "limit": 24,
+        "seed": 0,
+        "drawn": "generated",
+        "texts": "generated",
+    }
     for task in ("zero_shot", "clustering", "granularity"):  # each section says what it was measured on
         assert report[task]["data"] == measured_on, task
 

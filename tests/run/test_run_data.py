@@ -175,3 +175,5 @@ def test_the_report_counts_the_skipped_samples(tmp_path):
         "corrupt_image": 1, "empty_caption": 1, "missing_caption": 1, "missing_image": 1,
         "too_small": 1, "truncated_image": 1, "undecodable_caption": 1,
     }  # fmt: skip
+    data = {"dataset": f"webdataset:{tmp_path}/{{0..1}}.tar", "split": "train", "drawn": "whole split"}
+    assert report["train"]["data"] == data  # the record of the training data: a stream, read whole

@@ -35,6 +35,8 @@ from .schema import CAPTION, IMAGE, LABEL, NO_LABEL
 IMAGE_CANDIDATES = ("image", "img", "jpg", "png", "picture")
 CAPTION_CANDIDATES = ("caption", "text", "sentence", "title", "alt_text", "txt")
 LABEL_CANDIDATES = ("label", "labels", "fine_label", "class", "target")
+# the `id` of the caption feature where hf_vrl wrote the captions from the class names (the data has none)
+TEMPLATE_CAPTIONS = "hf_vrl:class-name-templates"
 
 AnyDataset = Dataset | IterableDataset
 
@@ -122,7 +124,9 @@ def _map_contract(
         ds = ds.cast_column(LABEL, label)
     if not has_caption:
         ds = ds.add_column(
-            CAPTION, captions_for_labels(ds[LABEL], label.names, seed), feature=Value("string")
+            CAPTION,
+            captions_for_labels(ds[LABEL], label.names, seed),
+            feature=Value("string", id=TEMPLATE_CAPTIONS),
         )
     return ds.with_transform(DecodeTransform(IMAGE))
 
@@ -153,7 +157,8 @@ def _stream_contract(
 ) -> IterableDataset:
     features = None
     if ds.features is not None:
-        features = Features({**ds.features, IMAGE: ImageFeature(), CAPTION: Value("string")})
+        caption = Value("string", id=None if has_caption else TEMPLATE_CAPTIONS)
+        features = Features({**ds.features, IMAGE: ImageFeature(), CAPTION: caption})
         features[LABEL] = _contract_label_feature(ds.features)
     if LABEL not in _column_names(ds):
         ds = ds.map(lambda batch: {LABEL: [NO_LABEL] * len(batch[IMAGE])}, batched=True)

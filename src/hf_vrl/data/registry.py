@@ -265,6 +265,33 @@ def is_streamed(name: str) -> bool:
     return prefix in ("cc3m", "webdataset", "parquet", "csv") and mirror_source(name) is None
 
 
+GENERATED = frozenset({"shapes"})  # drawn afresh from a seed: `limit` is how many are generated
+TEMPLATE_CAPTIONS = frozenset({"fashion_mnist", "animal_mnist", "digits"})  # captions hf_vrl writes
+
+
+def how_drawn(name: str | None, n_samples: int | None, limit: int | None) -> str:
+    """How the rows `load_dataset_by_name(name, limit=limit)` gave were drawn: "generated" (the shapes world,
+    from the seed), "whole split" (no limit, or fewer rows than it), "stream start" (the first `limit` rows
+    of a stream, in its order), else "seeded subset" (a seeded random subset of `limit` rows)."""
+    if name in GENERATED:
+        return "generated"
+    if limit is None or (n_samples is not None and n_samples < limit):
+        return "whole split"
+    return "stream start" if name is not None and is_streamed(name) else "seeded subset"
+
+
+def text_source(name: str | None, dataset: Any = None) -> str | None:
+    """Where the captions of `name`'s rows (`dataset`, as loaded) come from when hf_vrl writes them:
+    "generated" (the shapes world's captions of its factors), "templates" (hf_vrl's caption templates
+    filled with the class name: the offline sets, and a Hub or local dataset without a caption column, whose
+    caption feature says so); None: the data's own captions (or a benchmark copy's class-name captions)."""
+    if name in GENERATED:
+        return "generated"
+    caption = (getattr(dataset, "features", None) or {}).get("caption")
+    made = getattr(caption, "id", None) == generic.TEMPLATE_CAPTIONS
+    return "templates" if name in TEMPLATE_CAPTIONS or made else None
+
+
 def check_dataset_name(name: str, what: str = "--dataset") -> None:
     """Raise `UserError` when `name` cannot name data: an unknown name, a path or glob that matches nothing.
     Cheap (no data is read; a Hub dataset's files are listed, from the local cache offline): a run checks its

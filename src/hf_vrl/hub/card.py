@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_vrl.hub import markdown
+from hf_vrl.hub import markdown, record
 from hf_vrl.hub.data_names import (
     DataName,
     describe_dataset,
@@ -130,8 +130,8 @@ def _model_folder_card(
     import hf_vrl
 
     method = method_card(folder.method)
-    record = folder.conversion
-    base = base_model or record.get("base_model")
+    conversion = folder.conversion
+    base = base_model or conversion.get("base_model")
     card_data = ModelCardData(
         library_name="transformers",
         pipeline_tag=folder.pipeline_tag,
@@ -141,7 +141,7 @@ def _model_folder_card(
         license=license or _license(base),
         widget=ZERO_SHOT_WIDGET if folder.pipeline_tag == "zero-shot-image-classification" else None,
     )
-    source = record.get("source") or {}
+    source = conversion.get("source") or {}
     origin = f"[`{base}`](https://huggingface.co/{base})" if base else None
     title, version = _TITLES.get(method.name, method.name), hf_vrl.__version__
     if source:
@@ -153,11 +153,55 @@ def _model_folder_card(
         "model_name": repo_id.split("/")[-1],
         "intro": intro,
         "load": load_info(folder, repo_id),
-        "closeness": record.get("closeness"),
-        "paper_results": record.get("paper_results"),
+        "closeness": conversion.get("closeness"),
+        "paper_results": conversion.get("paper_results"),
         "citation": _citation(method),
+        **_folder_sections(source.get("kind")),
     }
     return ModelCard.from_template(card_data, template_path=str(MODEL_FOLDER_TEMPLATE), **values)
+
+
+def _folder_sections(kind: str | None) -> dict[str, str]:
+    """Uses, out of scope, limitations and training compute of a model folder outside a run, from what its
+    `conversion.json` records (`kind`: how it was made)."""
+    official = kind == "official checkpoint"
+    uses = (
+        "The authors' released DiffCLIP in transformers' format: zero-shot image classification, image-text "
+        "retrieval and image or text features, as the released checkpoint."
+        if official
+        else "A starting point for DiffCLIP training (`hf-vrl train diffclip`): a CLIP with the differential "
+        "branch added to each attention layer (how close it stays to its source is under Conversion, where "
+        "measured); not a trained DiffCLIP."
+        if kind
+        else "An hf_vrl model saved outside a training run: what it was made for is not recorded here."
+    )
+    out_of_scope = [
+        _HIGH_STAKES,
+        "- Reporting numbers for this folder that were not measured on it: hf_vrl measured none here"
+        + (" (the authors' figures below are theirs, on their checkpoint)." if official else "."),
+    ]
+    limitations = [
+        "- No evaluation of this folder by hf_vrl: "
+        + ("the conversion copies the weights key by key; the authors' figures are not re-measured here."
+           if official else "the closeness to the source (above, where recorded) is all that was measured."
+           if kind else "nothing was measured."),
+        "- Made from its source as it was: what the source learnt from its data (and its biases) it keeps.",
+    ]  # fmt: skip
+    compute = (
+        "None by hf_vrl: the weights were trained by the checkpoint's authors and converted here, no step "
+        "of training."
+        if official
+        else "None by hf_vrl: the weights were converted from the source, no optimiser step (the new "
+        "differential branch is set from a calibration pass, where recorded above)."
+        if kind
+        else "Not recorded: the folder was saved outside a training run."
+    )
+    return {
+        "uses": uses,
+        "out_of_scope": "\n".join(out_of_scope),
+        "limitations": "\n".join(limitations),
+        "compute": compute,
+    }
 
 
 def _citation(method: MethodCard) -> str:
@@ -189,16 +233,22 @@ def _template_values(
         "public": _public,
         "base_model_text": _base_model_text(config, method, base),
         "toy_world": _get(config, "data.dataset") == "shapes",
-        "train_data": _data_text(train, _get(config, "data.split"), _get(config, "data.train_limit")),
-        "eval_data": _data_text(evaluation, _get(config, "eval.eval_split"), _get(config, "eval.eval_limit")),
+        "train_data": _train_data(report, train),
+        "eval_data": record.data_text(record.eval_record(report, _get(config, "eval.eval_dataset"))),
         "mmvp_data": mmvp.name if mmvp else None,
+        "pairs": record.pairs_text(report),
         "train": report.get("train") or {},
+        "steps": record.stage_steps(report),
+        "inputs": report.get("inputs") or {},
+        "pretraining": record.pretraining_text(report),
+        "labelled_inputs": record.labelled_inputs(report),
+        "effect": lambda claim, *metrics: record.effect(report, claim, [m.split(".", 1) for m in metrics]),
         "training_table": _training_table(config, report),
         "settings_table": _settings_table(config, method),
         "results_table": results_table(report),
         "data_table": data_table(report),
         "protocols": _protocols_text(report),
-        "compute_table": _compute_table(report),
+        "compute_table": record.compute_table(report),
         "out_of_scope": _out_of_scope(config),
         "limitations": _limitations(config, report),
         "figures": [f"figures/{p.name}" for p in sorted(folder.run.figures.glob("*.png"))],
@@ -258,13 +308,13 @@ def _data(config: Mapping[str, Any], method: MethodCard) -> tuple[DataName | Non
     )
 
 
-def _data_text(data: DataName | None, split: str | None, limit: int | None) -> str | None:
-    if data is None:
-        return None
-    name = f"[{data.name}](https://huggingface.co/datasets/{data.hub_id})" if data.hub_id else data.name
-    details = [f"{split} split" if split else None, f"first {limit:,} samples" if limit else None]
-    details = [d for d in details if d]
-    return f"{name} ({', '.join(details)})" if details else name
+def _train_data(report: Mapping[str, Any], train: DataName | None) -> str | None:
+    """The training data as the record has it (set, split, samples and how they were drawn); a run recorded
+    before that is named without the samples."""
+    recorded = record.data_text((report.get("train") or {}).get("data"))
+    if recorded or train is None:
+        return recorded
+    return f"[{train.name}](https://huggingface.co/datasets/{train.hub_id})" if train.hub_id else train.name
 
 
 def _base_model_text(config: Mapping[str, Any], method: MethodCard, base: str | None) -> str | None:
@@ -279,6 +329,10 @@ def _base_model_text(config: Mapping[str, Any], method: MethodCard, base: str | 
 
 # -- uses, limitations, compute ------------------------------------------------------------------------------
 
+_HIGH_STAKES = (
+    "- Decisions about people (identification, surveillance, profiling) or any other high-stakes use: the "
+    "model carries the biases of its training data, and nothing here measured them."
+)
 TOY_DATA = frozenset({"shapes", "digits", "fashion_mnist", "animal_mnist"})  # hf_vrl's offline sets
 
 
@@ -289,8 +343,7 @@ def _toy(config: Mapping[str, Any]) -> bool:
 def _out_of_scope(config: Mapping[str, Any]) -> str:
     """The out-of-scope uses every card states (markdown bullets)."""
     lines = [
-        "- Decisions about people (identification, surveillance, profiling) or any other high-stakes use: "
-        "the model carries the biases of its training data, and nothing here measured them.",
+        _HIGH_STAKES,
         "- Reporting its evaluation as a benchmark result: those numbers are the training run's own checks, "
         "on the data listed with them.",
     ]
@@ -310,36 +363,17 @@ def _limitations(config: Mapping[str, Any], report: Mapping[str, Any]) -> str:
             "low-resolution images hf_vrl ships for runs without downloads. It shows the method running end "
             "to end; it is not a useful encoder."
         )
+    inputs = report.get("inputs") or {}
+    before = ""
+    if inputs:
+        steps = sum(int(r.get("steps") or 0) for r in inputs.values())
+        before = f", after {len(inputs)} in-run pre-training{'s' * (len(inputs) > 1)} of {steps} steps in all"
     lines.append(
         f"- Its training budget: {train.get('steps', '–')} optimiser steps in "
-        f"{_duration(train.get('runtime_s'))} (Training compute above), far from a paper's; its numbers are "
-        "this run's, not the paper's."
+        f"{record.duration(train.get('runtime_s'))}{before} (Training compute above), far from a paper's; "
+        "its numbers are this run's, not the paper's."
     )
     return "\n".join(lines)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def _compute_table(report: Mapping[str, Any]) -> str:
-    """Per training stage: optimiser steps, training time (over all resumes) and hardware, as the report
-    records them."""
-    stages = (report.get("train") or {}).get("stages") or {}
-    rows = [
-        [
-            name,
-            stage.get("steps", "–"),
-            _duration(stage.get("runtime_s")),
-            stage.get("hardware", "not recorded"),
-        ]
-        for name, stage in stages.items()
-    ]
-    return markdown.table(["stage", "optimiser steps", "training time", "hardware"], rows, "lrrl")
 
 
 # -- tables --------------------------------------------------------------------------------------------------
@@ -424,9 +458,22 @@ def _training_table(config: Mapping[str, Any], report: Mapping[str, Any]) -> str
         ),
         ("precision", _PRECISIONS.get(config.get("precision"), f"{config.get('precision')} mixed")),
         ("seed", config.get("seed")),
+        *_step_limit(optim),
         ("training time", f"{train.get('runtime_s', 0):g} s ({train.get('samples_per_s', 0):g} samples/s)"),
     ]
     return markdown.table(["setting", "value"], rows)
+
+
+def _step_limit(optim: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The row of a run under `--step-limit`: its configured step counts (the settings below) did not run."""
+    limit = optim.get("step_limit")
+    if limit is None:
+        return []
+    text = (
+        f"--step-limit {limit}: every training loop (stages and in-run pre-trainings) ran at most {limit} "
+        "steps; the step counts among the settings are as configured, not as run"
+    )
+    return [("step limit", text)]
 
 
 def _settings_table(config: Mapping[str, Any], method: MethodCard) -> str:

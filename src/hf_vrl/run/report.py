@@ -1,17 +1,25 @@
 """The report every run writes, and `hf-vrl compare`: runs side by side.
 
     {"method", "config", "before": {...}, "after": {...},
-     "train": {"steps", "runtime_s", "samples_per_s", "skipped": {kind: n}, "stages": {...}},
+     "train": {"steps", "runtime_s", "samples_per_s", "skipped": {kind: n},
+               "stages": {stage: {"steps" (really run), "runtime_s", "samples_per_s", "hardware"}},
+               "data": <data record of the training data>},
+     "inputs": {name: {"model", "objective", "labels", "data", "steps", "runtime_s", "hardware"}},
      "outputs": {"final": ..., <export or figure>: path}}
 
-`before` / `after` hold `evaluate_clip`'s sections (`zero_shot`, `retrieval`, `clustering`, `linear_probe`,
-`granularity`, `rsa`, `mmvp`, ...) with the same metric names for every method, so one table reads any runs.
+It is the one record of what ran, written by the run as it happens: cards (`hf_vrl.hub.card`), `hf-vrl
+compare` and the loggers read it alone, never the configuration. `before` / `after` hold `evaluate_clip`'s
+sections (`zero_shot`, `retrieval`, `clustering`, `linear_probe`, `granularity`, `rsa`, `mmvp`, ...) with the
+same metric names for every method, so one table reads any runs; each section's `data` records what it was
+measured on (`hf_vrl.evaluation.data_record`: set, split, samples, how they were drawn, where the captions
+came from). `inputs` are the run's in-run pre-trainings (`Run.build_input`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,7 @@ __all__ = [
     "compare_table",
     "load_report",
     "log_evaluation",
+    "log_tag",
     "main",
     "metric_numbers",
     "metric_rows",
@@ -53,27 +62,35 @@ def metric_numbers(section: Mapping[str, Any], prefix: str = "") -> dict[str, fl
     return out
 
 
-def log_evaluation(report: Mapping[str, Any], before: tuple[Any, int], after: tuple[Any, int]) -> None:
+def log_tag(name: str) -> str:
+    """`name` as a logger tag: letters, digits and `_ . - / @` kept (`retrieval.i2t_R@1`), every other
+    character `_` ("transfer.held-out classes" -> "transfer.held-out_classes")."""
+    return re.sub(r"[^A-Za-z0-9_./@-]", "_", name)
+
+
+def log_evaluation(report: Mapping[str, Any], args: Any, step: int) -> None:
     """The run's evaluation through the loggers of its `report_to`, as the Trainer logs an evaluation: every
-    number of `report["before"]` / `report["after"]` as `eval_<task>.<metric>` at the step of `before` /
-    `after` ((TrainingArguments of the stage, global step)); TensorBoard writes `eval/<task>.<metric>` into
-    the stage's folder."""
+    number of `report["before"]` / `report["after"]` as `eval_<task>.<metric>` (`log_tag`), before at step 0
+    and after at `step`, both in the folder of `args` (the TrainingArguments of the last stage: TensorBoard
+    writes `eval/<task>.<metric>` beside its training scalars), so one tag holds the before → after (one
+    logger each, so one event file holds both, in order)."""
     from transformers import TrainerControl, TrainerState
     from transformers.integrations import TensorBoardCallback, get_reporting_integration_callbacks
 
-    for stage, (args, step) in (("before", before), ("after", after)):
+    callbacks = [callback() for callback in get_reporting_integration_callbacks(args.report_to)]
+    control, state = TrainerControl(), TrainerState(global_step=0)
+    for callback in callbacks:
+        if isinstance(callback, TensorBoardCallback):
+            callback.logging_dir = args.logging_dir  # the stage's folder, as VRLTrainer points it
+    for stage, at in (("before", 0), ("after", step)):
         numbers = metric_numbers(report.get(stage) or {})
-        callbacks = [callback() for callback in get_reporting_integration_callbacks(args.report_to)]
-        if not numbers or not callbacks:
-            continue
-        state, control = TrainerState(global_step=step), TrainerControl()
-        logs = {f"eval_{name}": value for name, value in numbers.items()}
-        for callback in callbacks:
-            if isinstance(callback, TensorBoardCallback):
-                callback.logging_dir = args.logging_dir  # the stage's folder, as VRLTrainer points it
+        state.global_step = at
+        logs = {f"eval_{log_tag(name)}": value for name, value in numbers.items()}
+        for callback in callbacks if numbers else ():
             callback.on_log(args, state, control, logs=logs)
-            if isinstance(callback, TensorBoardCallback):
-                callback.on_train_end(args, state, control)  # closes its event file
+    for callback in callbacks:
+        if isinstance(callback, TensorBoardCallback):
+            callback.on_train_end(args, state, control)  # closes its event file
 
 
 # what a comparison shows by default: headline metrics of every method, in this order

@@ -13,12 +13,14 @@ runner owns the folder, resume, seeds, devices, precision, data wrapping, the re
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,6 +29,7 @@ import torch
 from torch import nn
 
 from hf_vrl.errors import UserError
+from hf_vrl.hub.publish import portable_files
 from hf_vrl.run import fsdp, preflight
 from hf_vrl.run.config import RunConfig
 from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
@@ -154,6 +157,28 @@ class Run:
         split, limit = settings.eval_split, settings.eval_limit
         return data_record(name, split, rows, limit=limit, seed=self.config.seed, **kwargs)
 
+    def train_record(self) -> dict[str, Any] | None:
+        """The `data_record` of the training data as `train_data` loaded it (None before it is loaded): the
+        set, split, the samples and how they were drawn."""
+        from hf_vrl.evaluation import data_record
+
+        data = self.config.data
+        loaded = [
+            v
+            for (name, split, *_), v in self._datasets.items()
+            if (name, split) == (data.dataset, data.split)
+        ]
+        if not loaded:
+            return None
+        record = data_record(
+            data.dataset, data.split, loaded[0], limit=data.train_limit, seed=self.config.seed
+        )
+        if record.get("drawn") == "stream start" and data.shuffle_buffer:
+            record.update(
+                drawn="shuffled stream start", shuffle_buffer=data.shuffle_buffer, seed=self.config.seed
+            )
+        return record
+
     def check_data(self, image_size: int | None) -> None:
         """Load the training and evaluation data at `image_size` (kept for the run): a split that does not
         exist, too few samples for one step, a streamed source without its bound, refused before the first
@@ -258,6 +283,30 @@ class Run:
         )
         settings.update(overrides)
         return VRLTrainingArguments(**settings)
+
+    def build_input(self, name: str, build: Callable[[Path], Any], **record: Any) -> Path:
+        """`<run>/inputs/<name>`: a model the run trains for itself before its stages (a toy-world stand-in
+        for pretrained weights), built once on the main process by `build(folder)` and recorded as it ran in
+        `<run>/inputs/<name>.json` (the report's `inputs`, the card's in-run pre-training): `record` says what
+        it is (`model`), what it learnt from (`objective`; `labels`: "captions", "shape labels", ...; `data`:
+        a `data_record`) and the `steps` it ran; the build's time and hardware are added. The other
+        processes only get the path (they wait for the main one)."""
+        folder = self.dir.inputs / name
+        if self.is_main and not folder.is_dir():
+            started = time.perf_counter()
+            with atomic_dir(folder) as staging:
+                build(staging)
+            record |= {
+                "runtime_s": round(time.perf_counter() - started, 2),
+                "hardware": f"CPU ({os.cpu_count()} cores), the main process",  # the builders run on the CPU
+            }
+            atomic_write_json(self.dir.inputs / f"{name}.json", record)
+        return folder
+
+    def input_records(self) -> dict[str, Any]:
+        """{name: record} of every in-run pre-training (`build_input`), in the order they were built."""
+        records = [(path.stat().st_mtime_ns, path) for path in self.dir.inputs.glob("*.json")]
+        return {path.stem: json.loads(path.read_text()) for _, path in sorted(records)}
 
     def record_stage(self, stage: str, trainer: Any, output: Any) -> None:
         """Keep a stage's training figures (steps, runtime, throughput) for the report."""
@@ -420,13 +469,15 @@ def _train_summary(run: Run) -> dict[str, Any]:
     stages = dict(run.stats)
     runtime = sum(s["runtime_s"] for s in stages.values())
     samples = sum(s["samples_per_s"] * s["runtime_s"] for s in stages.values())
-    return {
+    summary = {
         "steps": sum(s["steps"] for s in stages.values()),
         "runtime_s": round(runtime, 2),
         "samples_per_s": round(samples / runtime, 2) if runtime else 0.0,
         "skipped": run.skip_log.counts(),
         "stages": stages,
     }
+    data = run.train_record()
+    return summary | ({"data": data} if data else {})
 
 
 def execute(method_class: type[Method], config: RunConfig, resume: str | None = None) -> dict[str, Any]:
@@ -536,6 +587,7 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
                 (out.checkpoints(stage) / ".staging").rmdir()
         state.wait_for_everyone()
     report["train"] = _train_summary(run)
+    report["inputs"] = run.input_records()  # the in-run pre-trainings, as they ran
     push_failure = None
     if run.is_main:
         skipped = report["train"]["skipped"]
@@ -545,11 +597,11 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
             if after is not None:
                 report["after"] = after
         report["outputs"] = {"final": str(out.final), **_finish(method, model)}
+        for folder in (out.final, *sorted(p for p in out.exports.glob("*") if p.is_dir())):
+            portable_files(folder)  # nothing machine-local in a folder the run writes (is_local, paths)
         _write_report(run, report)
         last = report["train"]["stages"].get(stages[-1], {}).get("steps", 0)  # evaluations to the loggers
-        log_evaluation(
-            report, (run.training_arguments(stages[0]), 0), (run.training_arguments(stages[-1]), last)
-        )
+        log_evaluation(report, run.training_arguments(stages[-1]), last)
         if config.output.push_to_hub:
             push_failure = _push(run)
     state.wait_for_everyone()
@@ -580,8 +632,6 @@ def _push(run: Run) -> str | None:
 
 
 def _previous_report(out: RunDir) -> dict[str, Any]:
-    import json
-
     return json.loads(out.report_file.read_text()) if out.report_file.is_file() else {}
 
 
@@ -591,8 +641,6 @@ def _previous_result(method: Method, out: RunDir, stages: Sequence[str], index: 
 
 
 def _load_stats(run: Run, stage: str) -> None:
-    import json
-
     path = run.dir.checkpoints(stage) / "stats.json"
     if path.is_file():
         run.stats[stage] = json.loads(path.read_text())

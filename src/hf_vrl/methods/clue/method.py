@@ -147,6 +147,12 @@ class CLUERunConfig(RunConfig):
 _MODEL_FIELDS = set(CLUEModelFields.__dataclass_fields__)
 
 
+def _pretrain_record(size: int, seed: int) -> dict[str, Any]:
+    """The data record of the toy pre-trainings: `size` shapes-world images of the "pretrain" split (a stream
+    apart from the training images), generated from `seed`."""
+    return {"dataset": "shapes", "split": "pretrain", "n_samples": size, "drawn": "generated", "seed": seed}
+
+
 def _class_name_captions(dataset: str | None) -> str | None:
     """The name of a fine-grained set whose caption column is a class-name template (the label itself):
     CUB-200 ("cub:<root>" or a bare path to its folder), FGVC-Aircraft, Stanford Cars; else None."""
@@ -192,42 +198,48 @@ class CLUEMethod(Method):
         self._eval: Any = None
 
     def _pretrained_backbone(self) -> str | None:
-        """The toy stand-in for ImageNet weights, trained once into <run>/inputs/backbone (or None)."""
+        """The toy stand-in for ImageNet weights, trained once into <run>/inputs/backbone (or None), recorded
+        as it ran: a supervised classifier of the shapes (labels), not self-supervised."""
         from accelerate import PartialState
 
-        from hf_vrl.methods.clue.miniature import pretrain_backbone
-        from hf_vrl.run.layout import atomic_dir
+        from hf_vrl.methods.clue.miniature import PRETRAIN_SIZE, pretrain_backbone
 
         steps = self.run.step_budget(self.config.model.backbone_pretrain_steps)
         if not steps:
             return None
-        folder = self.run.dir.inputs / "backbone"
-        if self.run.is_main and not folder.is_dir():
-            backbone = pretrain_backbone(
-                self.config.model.backbone_config,
-                steps,
-                seed=self.config.seed,
-                image_size=self.config.clue.image_size,
-            )
-            with atomic_dir(folder) as out:
-                backbone.save_pretrained(out)
+        seed, size = self.config.seed, self.config.clue.image_size
+
+        def build(folder: Path) -> None:
+            pretrain_backbone(
+                self.config.model.backbone_config, steps, seed=seed, image_size=size
+            ).save_pretrained(folder)
+
+        folder = self.run.build_input(
+            "backbone", build, model="the backbone (ResNet from its configuration, random start)",
+            objective="supervised classification (cross-entropy) of the shape, through a linear head "
+            "dropped afterwards", labels="shape labels (the coarse class)",
+            data=_pretrain_record(PRETRAIN_SIZE, seed), steps=steps,
+        )  # fmt: skip
         PartialState().wait_for_everyone()
         return str(folder)
 
     def _pretrained_text_encoder(self) -> str | None:
-        """The toy stand-in for pretrained CLIP, trained once into <run>/inputs/text_encoder (or None)."""
+        """The toy stand-in for pretrained CLIP, trained once into <run>/inputs/text_encoder (or None),
+        recorded as it ran."""
         from accelerate import PartialState
 
-        from hf_vrl.methods.clue.miniature import pretrain_text_encoder
-        from hf_vrl.run.layout import atomic_dir
+        from hf_vrl.methods.clue.miniature import PRETRAIN_SIZE, pretrain_text_encoder
 
         steps = self.run.step_budget(self.config.model.text_encoder_pretrain_steps)
         if not steps or not self.config.clue.gamma:
             return None
-        folder = self.run.dir.inputs / "text_encoder"
-        if self.run.is_main and not folder.is_dir():
-            with atomic_dir(folder) as out:
-                pretrain_text_encoder(self.config.model.text_encoder, out, steps, seed=self.config.seed)
+        encoder, seed = self.config.model.text_encoder, self.config.seed
+        folder = self.run.build_input(
+            "text_encoder", lambda out: pretrain_text_encoder(encoder, out, steps, seed=seed),
+            model=f"the text encoder (`{encoder}` CLIP configuration, random start)",
+            objective="the CLIP loss (image-caption contrastive)", labels="captions",
+            data=_pretrain_record(PRETRAIN_SIZE, seed), steps=steps,
+        )  # fmt: skip
         PartialState().wait_for_everyone()
         return str(folder)
 

@@ -32,6 +32,7 @@ import numpy as np
 __all__ = [
     "K_SWEEP",
     "LADDER",
+    "PRETRAIN_SIZE",
     "RUNGS",
     "SHUFFLED",
     "format_ladder",
@@ -41,6 +42,7 @@ __all__ = [
     "train_rung",
 ]
 
+PRETRAIN_SIZE = 2000  # images of the shapes world's "pretrain" split each toy pre-training learns from
 # (rung, the settings that differ from the full objective); the numbers are CLUE Table 2's row ids
 LADDER: dict[str, dict[str, Any]] = {
     "InfoNCE": {"targets": "identity", "beta": 0.0, "gamma": 0.0},  # #1
@@ -71,7 +73,7 @@ def pretrain_backbone(
     *,
     seed: int = 0,
     image_size: int = 32,
-    size: int = 2000,
+    size: int = PRETRAIN_SIZE,
     batch_size: int = 64,
     learning_rate: float = 0.1,
 ) -> Any:
@@ -109,7 +111,7 @@ def pretrain_text_encoder(
     steps: int,
     *,
     seed: int = 0,
-    size: int = 2000,
+    size: int = PRETRAIN_SIZE,
     batch_size: int = 64,
 ) -> Path:
     """The toy stand-in for a pretrained CLIP: the config-only CLIP `config` (a hub_configs name such as

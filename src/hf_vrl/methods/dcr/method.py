@@ -289,10 +289,9 @@ class DCRMethod(Method):
         self._evaluation = None
 
     def _inputs(self) -> tuple[str, str]:
-        """(CLIP, diffusion pipeline) paths; the toy-world stand-ins are built once into <run>/inputs/."""
+        """(CLIP, diffusion pipeline) paths; the toy-world stand-ins are built once into <run>/inputs/ and
+        recorded there as they ran (`Run.build_input`)."""
         from accelerate import PartialState
-
-        from hf_vrl.methods.dcr import toy
 
         run, model, dcr = self.run, self.config.model, self.config.dcr
         clip, diffusion = self.base, dcr.diffusion
@@ -300,49 +299,66 @@ class DCRMethod(Method):
         toy_sd = run.dir.inputs / "tiny-sd"
         if run.is_main and (model.clip_pretrain_steps or diffusion == "tiny"):
             if model.clip_pretrain_steps and not toy_clip.is_dir():
-                blind = self._toy_data(omit=model.clip_blind_to)
-                with atomic_dir(toy_clip) as folder:
-                    toy.pretrain_clip(
-                        clip,
-                        blind,
-                        folder,
-                        run.step_budget(model.clip_pretrain_steps),
-                        batch_size=min(64, len(blind)),
-                        seed=self.config.seed,
-                    )
+                self._pretrain_clip("base-clip", omit=model.clip_blind_to)
             if diffusion == "tiny" and not toy_sd.is_dir():
-                data = self._toy_data()
-                text_encoder = self._sd_text_encoder(data) if model.clip_blind_to else None
+                text_encoder = self._sd_text_encoder() if model.clip_blind_to else None
                 text_encoder = text_encoder or (toy_clip if model.clip_pretrain_steps else clip)
-                with atomic_dir(toy_sd) as folder:
-                    toy.build_tiny_sd(
-                        folder,
-                        text_encoder,
-                        data,
-                        run.step_budget(dcr.diffusion_pretrain_steps),
-                        self.image_size,
-                        batch_size=min(64, len(data)),
-                        seed=self.config.seed,
-                    )
+                self._build_tiny_sd(text_encoder)
         PartialState().wait_for_everyone()
         if model.clip_pretrain_steps:
             clip = str(toy_clip)
         return clip, str(toy_sd) if diffusion == "tiny" else diffusion
 
-    def _sd_text_encoder(self, data: Any) -> Path:
+    def _pretrain_clip(self, name: str, omit: list[str] | None = None) -> Path:
+        """A tiny CLIP trained with the CLIP loss on the training rows into inputs/`name` (captions leaving
+        out `omit`), recorded as it ran."""
+        from hf_vrl.methods.dcr import toy
+
+        data, steps = self._toy_data(omit=omit), self.run.step_budget(self.config.model.clip_pretrain_steps)
+        labels = "captions" + (f" that never name {', '.join(omit)}" if omit else "")
+
+        def build(folder: Path) -> None:
+            toy.pretrain_clip(
+                self.base, data, folder, steps, batch_size=min(64, len(data)), seed=self.config.seed
+            )
+
+        return self.run.build_input(
+            name, build, model=f"a tiny CLIP (`{self.config.model.clip}` configuration, random start)",
+            objective="the CLIP loss (image-caption contrastive)", labels=labels,
+            data=self._toy_record(data), steps=steps,
+        )  # fmt: skip
+
+    def _build_tiny_sd(self, text_encoder: str | Path) -> Path:
+        """The toy world's latent diffusion model in inputs/tiny-sd (a random VAE, a UNet trained to denoise
+        conditioned on the captions), recorded as it ran."""
+        from hf_vrl.methods.dcr import toy
+
+        data, steps = self._toy_data(), self.run.step_budget(self.config.dcr.diffusion_pretrain_steps)
+
+        def build(folder: Path) -> None:
+            toy.build_tiny_sd(
+                folder, text_encoder, data, steps, self.image_size, batch_size=min(64, len(data)),
+                seed=self.config.seed,
+            )  # fmt: skip
+
+        return self.run.build_input(
+            "tiny-sd", build, model="a tiny latent diffusion model (random VAE, UNet trained from scratch)",
+            objective="noise prediction (epsilon MSE) conditioned on the captions, 10 % left empty",
+            labels="captions", data=self._toy_record(data), steps=steps,
+        )  # fmt: skip
+
+    def _sd_text_encoder(self) -> Path:
         """A toy CLIP trained on the full captions, whose text tower conditions the toy diffusion model when
         the CLIP to enhance is blind to a factor (SD's own text encoder is another model than the CLIP,
         too)."""
-        from hf_vrl.methods.dcr import toy
-
         folder = self.run.dir.inputs / "sd-text-clip"
-        if not folder.is_dir():
-            steps = self.run.step_budget(self.config.model.clip_pretrain_steps)
-            with atomic_dir(folder) as staging:
-                toy.pretrain_clip(
-                    self.base, data, staging, steps, batch_size=min(64, len(data)), seed=self.config.seed
-                )
-        return folder
+        return folder if folder.is_dir() else self._pretrain_clip("sd-text-clip")
+
+    def _toy_record(self, rows: Any) -> dict[str, Any]:
+        from hf_vrl.evaluation import data_record
+
+        data = self.config.data
+        return data_record(data.dataset, data.split, rows, limit=data.train_limit, seed=self.config.seed)
 
     def _toy_data(self, omit: list[str] | None = None) -> Any:
         """The rows the toy CLIP and diffusion model pre-train on: the training data, or the first
@@ -495,7 +511,6 @@ class DCRMethod(Method):
             return self._evaluation
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        from hf_vrl.evaluation import data_record
         from hf_vrl.weights import load_pretrained
 
         dataset = self.run.eval_data(image_size=self.image_size)
@@ -519,12 +534,20 @@ class DCRMethod(Method):
             "dataset": dataset,
             "pairs": pairs,
             "data": self.run.eval_record(dataset),
-            "pairs_data": None if pairs is None else data_record(mmvp, None, pairs),
+            "pairs_data": None if pairs is None else self._pairs_record(pairs),
             "clip": clip.to(self.run.device) if clip is not None else None,
             "image_processor": self._processor() if text_side else None,
             "tokenizer": AutoTokenizer.from_pretrained(self.clip) if text_side else None,
         }
         return self._evaluation
+
+    def _pairs_record(self, pairs: Any) -> dict[str, Any]:
+        """The data record of the MMVP pairs: the toy world's are generated from the run's seed."""
+        from hf_vrl.evaluation import data_record
+
+        record = data_record(self.config.dcr.mmvp, None, pairs)
+        toy = self.config.dcr.mmvp == "toy"
+        return record | ({"drawn": "generated", "seed": self.config.seed} if toy else {})
 
 
 def _save_with(model: nn.Module, processor: Any, folder: Path) -> None:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError
+from hf_vrl.hub.data_names import is_hub_id, public_path
 from hf_vrl.hub.folder import CONVERSION_RECORD
+from hf_vrl.hub.publish import portable_files
 from hf_vrl.methods.diffclip.paper import RELEASED, released_pretraining, released_results
 
 __all__ = ["main"]
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     report = getattr(model, "conversion_report", None)
     record = conversion_record(args, report)
     (output / CONVERSION_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    portable_files(output)  # nothing machine-local in the folder (is_local, local paths)
     print(f"wrote {output}" + (f" (conversion: {report})" if report else ""))
     return 0
 
@@ -119,16 +122,15 @@ def conversion_record(args: argparse.Namespace, report: Any) -> dict[str, Any]:
     import dataclasses
 
     import hf_vrl
-    from hf_vrl.hub.data_names import is_hub_id
 
     record: dict[str, Any] = {"method": "diffclip", "hf_vrl_version": hf_vrl.__version__}
     if args.official:
         pretraining = args.pretraining_data or released_pretraining(args.official)
-        record["source"] = {"kind": "official checkpoint", "checkpoint": args.official}
+        record["source"] = {"kind": "official checkpoint", "checkpoint": public_path(args.official)}
         record["base_model"] = f"hammh0a/DiffCLIP_ViTB16_{pretraining}" if pretraining else None
         record["paper_results"] = released_results(pretraining) if pretraining else None
     else:
-        record["source"] = {"kind": "transformers CLIP", "checkpoint": args.clip}
+        record["source"] = {"kind": "transformers CLIP", "checkpoint": public_path(args.clip)}
         record["base_model"] = args.clip if is_hub_id(args.clip) and not Path(args.clip).exists() else None
     record["closeness"] = dataclasses.asdict(report) if report is not None else None
     return record

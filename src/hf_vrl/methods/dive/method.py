@@ -245,11 +245,14 @@ class DiVEMethod(Method):
         model = self.config.model
         if not model.pretrain_steps:
             return resolve_model_path(model.pretrained)
-        folder = self.run.dir.inputs / "pretrained"
-        if self.run.is_main and not folder.is_dir():
-            with atomic_dir(folder) as staging:
-                steps = self.run.step_budget(model.pretrain_steps)
-                pretrain_toy_clip(model, staging, steps=steps, seed=self.config.seed)
+        steps, seed = self.run.step_budget(model.pretrain_steps), self.config.seed
+        folder = self.run.build_input(
+            "pretrained", lambda staging: pretrain_toy_clip(model, staging, steps=steps, seed=seed),
+            model=f"a tiny CLIP (`{model.pretrained}` configuration, random start)",
+            objective="the CLIP loss (image-caption contrastive)", labels="captions",
+            data=[_pretrain_record(name, limit, seed) for name, limit in model.pretrain_data.items()],
+            steps=steps,
+        )  # fmt: skip
         PartialState().wait_for_everyone()
         return str(folder)
 
@@ -581,6 +584,17 @@ def _carry_data(report: dict[str, Any], section: dict[str, Any]) -> None:
         records = {name: numbers["data"] for name, numbers in report[group].items() if "data" in numbers}
         if records:
             section[group]["data"] = records
+
+
+def _pretrain_record(name: str, limit: int | None, seed: int) -> dict[str, Any]:
+    """The data record of one set of the pre-training mix (the train split at most `limit` rows, `seed`),
+    without loading it."""
+    from hf_vrl.data.registry import how_drawn, text_source
+
+    drawn = how_drawn(name, None, limit)
+    record = {"dataset": name, "split": "train", "limit": limit, "drawn": drawn, "texts": text_source(name)}
+    record["seed"] = seed if drawn in ("generated", "seeded subset") else None
+    return {key: value for key, value in record.items() if value is not None}
 
 
 def pretrain_toy_clip(model: DiVEModelConfig, out_dir: Path, steps: int, seed: int) -> Path:
