@@ -282,3 +282,17 @@ def test_the_cheapest_paper_preset_dry_runs_at_its_real_size(tmp_path):
     assert report["prediction"]["micro_batch"] == 128  # the preset's
     prediction = report["prediction"]["stages"]["train"]
     assert prediction["predicted_gib"] > prediction["static_gib"] > 0
+
+
+def test_the_probe_starts_a_run_through_the_run_package_not_the_cli(tmp_path):
+    """`python -m hf_vrl.run.probe -- <method> ...` calls `hf_vrl.run.main`: the CLI (which imports the run
+    package, which imports the dry run, which launches the probe) is never imported."""
+    script = (
+        "import sys\n"
+        "from hf_vrl.run import probe\n"
+        f"code = probe.main(['--record', {str(tmp_path / 'steps.jsonl')!r}, '--', 'dcr', '--print-config'])\n"
+        "sys.exit(10 + code if 'hf_vrl.cli' in sys.modules else code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["dcr"]["objective"] == "dcr"

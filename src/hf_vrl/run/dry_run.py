@@ -188,7 +188,7 @@ class _Runner:
         if processes > 1:
             launch += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
         record = self.out / "logs" / f"{name}.steps.jsonl"
-        command = [*launch, "-m", "hf_vrl.run.probe", "--record", str(record), *probe, "--", "train"]
+        command = [*launch, "-m", "hf_vrl.run.probe", "--record", str(record), *probe, "--"]
         command += [
             self.method_class.name,
             "--config",
