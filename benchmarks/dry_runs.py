@@ -38,7 +38,7 @@ KEPT = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hf_vrl.run.dry_run import DryRunOptions, dry_run, machine, paper_presets, preset_config
+    from hf_vrl.run.dry_run import DryRunOptions, dry_run, machine, paper_presets, portable, preset_config
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("presets", nargs="*", help="default: every paper preset, cheapest first")
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             method_class, config = preset_config(preset)
             report = dry_run(method_class, config, work / preset, options, preset=preset)
             kept = {key: report.get(key) for key in KEPT}
-            results["presets"][preset] = kept | {key: report[key] for key in ("options", "machine", "wall_s")}
+            kept |= {key: report[key] for key in ("options", "machine", "wall_s")}
+            results["presets"][preset] = portable(kept, work / preset, options.home)
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(results, indent=2) + "\n")
             print(f"{preset}: {'passed' if report['passed'] else 'FAILED'} in {report['wall_s']:.0f} s")

@@ -131,7 +131,7 @@ def _timed_stages(record: Path) -> dict[str, Any]:
 
 def _dry_runs_part(args: argparse.Namespace) -> None:
     """Dry runs of the paper presets, cheapest first; each report is written as soon as it is done."""
-    from hf_vrl.run.dry_run import DryRunOptions, dry_run, paper_presets, preset_config
+    from hf_vrl.run.dry_run import DryRunOptions, dry_run, paper_presets, portable, preset_config
 
     folder = args.output / "parts" / "dry_runs"
     folder.mkdir(parents=True, exist_ok=True)
@@ -139,7 +139,7 @@ def _dry_runs_part(args: argparse.Namespace) -> None:
         method_class, config = preset_config(preset)
         out = args.work / "dry-runs" / preset
         report = dry_run(method_class, config, out, DryRunOptions(threads=_threads(args)), preset=preset)
-        (folder / f"{preset}.json").write_text(json.dumps(report, indent=2) + "\n")
+        (folder / f"{preset}.json").write_text(json.dumps(portable(report, out), indent=2) + "\n")
         shutil.rmtree(out, ignore_errors=True)
 
 

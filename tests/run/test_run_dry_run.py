@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,7 @@ from hf_vrl.run.dry_run import (
 )
 from hf_vrl.run.real_models import CLIP_VOCAB_SIZE, catalogue, clip_format_tokenizer, parameter_counts
 
+ROOT = Path(__file__).parents[2]
 # every paper preset and the settings naming the models it starts from (hand-written from hub_configs/)
 SD = "Manojb/stable-diffusion-2-1-base"
 B16 = "openai/clip-vit-base-patch16"
@@ -296,3 +299,40 @@ def test_the_probe_starts_a_run_through_the_run_package_not_the_cli(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["dcr"]["objective"] == "dcr"
+
+
+def _absolute_paths(value) -> list[str]:
+    """Every string (key or value) of a JSON tree that names an absolute folder of a machine."""
+    if isinstance(value, dict):
+        return [
+            found for key, item in value.items() for found in _absolute_paths(key) + _absolute_paths(item)
+        ]
+    if isinstance(value, list):
+        return [found for item in value for found in _absolute_paths(item)]
+    return (
+        [value]
+        if isinstance(value, str) and re.search(r"(^|[\s\"'(])/(tmp|home|root|work|Users)/", value)
+        else []
+    )
+
+
+def test_the_shared_dry_run_results_hold_no_folder_of_the_machine_that_made_them(tmp_path):
+    """benchmarks/results/dry_runs.json, and what its writer keeps of a report (`portable`): run folders
+    relative to the dry run's, the real-size folders under `<real-size home>`, in keys, values, messages."""
+    results = json.loads((ROOT / "benchmarks" / "results" / "dry_runs.json").read_text())
+    assert _absolute_paths(results) == []
+    from hf_vrl.run.dry_run import portable
+
+    out, home = tmp_path / "work" / "dcr-tiny", tmp_path / "real"
+    report = {
+        "models": {"model.clip": {"repo_id": "a/b", "folder": f"{home}/a--b"}},
+        "load_back": {f"{out}/one-process/final": {"error": f"OSError: {out}/one-process/final/x missing"}},
+        "problems": [f'load back: {{"{out}/one-process/final": 1}}'],
+        "options": {"home": str(home), "steps": 2},
+    }
+    assert _absolute_paths(report) != []
+    shared = portable(report, out, home)
+    assert _absolute_paths(shared) == []
+    assert shared["models"]["model.clip"]["folder"] == "<real-size home>/a--b"
+    assert shared["load_back"] == {"one-process/final": {"error": "OSError: one-process/final/x missing"}}
+    assert shared["options"] == {"home": "<real-size home>", "steps": 2}

@@ -52,6 +52,7 @@ __all__ = [
     "fit_runs",
     "grows_with_square",
     "paper_presets",
+    "portable",
     "predict_memory",
     "preset_config",
 ]
@@ -385,6 +386,37 @@ def dry_run(
     report["wall_s"] = round(time.perf_counter() - started, 1)
     (out / "dry_run.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def portable(report: Any, out: Path, home: Path | None = None) -> Any:
+    """`report` without the folders of the machine that made it, for results shared beyond it: paths under
+    the dry run's folder `out` relative to it, the real-size folders (under `home`) as `<real-size home>/...`
+    (keys and values, also inside messages)."""
+    from hf_vrl.run.real_models import real_size_home
+
+    prefixes = {f"{Path(out).resolve()}/": "", f"{Path(out)}/": ""}
+    root = Path(home or real_size_home())
+    prefixes |= {f"{root.resolve()}/": "<real-size home>/", f"{root}/": "<real-size home>/"}
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for prefix, replacement in prefixes.items():
+                value = value.replace(prefix, replacement)
+            return value
+        if isinstance(value, Mapping):
+            return {clean(key): clean(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(item) for item in value]
+        return value
+
+    cleaned = clean(report)
+    if (
+        isinstance(cleaned, dict)
+        and isinstance(cleaned.get("options"), dict)
+        and cleaned["options"].get("home")
+    ):
+        cleaned["options"]["home"] = "<real-size home>"
+    return cleaned
 
 
 def _header(
