@@ -296,7 +296,9 @@ class FrozenDiffusion(nn.Module):
             if free is not None:
                 probe = (latent_index[:2], condition_index[:2])
                 kept, transient = measure_pair_memory(
-                    lambda cond: self._chunk(prefix, noisy, timesteps, cond, *probe), conditions
+                    lambda cond: self._chunk(prefix, noisy, timesteps, cond, *probe),
+                    conditions,
+                    passes=len(probe[0]),
                 )
                 size = choose_chunk_size(len(latent_index), kept, transient, free)
             logger.info("unet_chunk_size auto: %s UNet passes per call", size or len(latent_index))
