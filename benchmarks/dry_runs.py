@@ -39,6 +39,7 @@ KEPT = (
 
 def main(argv: list[str] | None = None) -> int:
     from hf_vrl.run.dry_run import DryRunOptions, dry_run, machine, paper_presets, portable, preset_config
+    from hf_vrl.run.memory import prediction_lines
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("presets", nargs="*", help="default: every paper preset, cheapest first")
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(results, indent=2) + "\n")
             print(f"{preset}: {'passed' if report['passed'] else 'FAILED'} in {report['wall_s']:.0f} s")
+            print(*(f"  {line}" for line in prediction_lines(report.get("prediction"))), sep="\n")
             shutil.rmtree(work / preset, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -109,7 +111,7 @@ def recompute(output: Path) -> int:
         predicted,
         preset_config,
     )
-    from hf_vrl.run.memory import has_components, validate
+    from hf_vrl.run.memory import has_components, prediction_lines, validate
 
     results = json.loads(output.read_text())
     for preset, kept in results["presets"].items():
@@ -131,6 +133,7 @@ def recompute(output: Path) -> int:
                 measured = predict_memory(fit, ran.batch_plan(1), grows_with_square(ran))
                 prediction["fit_of_the_runs_measured"] = measured
         kept["prediction"] = prediction
+        print(preset, *prediction_lines(prediction), sep="\n  ")
     results["dry_run_wall_s"] = wall_times(results["presets"])
     output.write_text(json.dumps(results, indent=2) + "\n")
     return 0

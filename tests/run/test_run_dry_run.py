@@ -336,3 +336,28 @@ def test_the_shared_dry_run_results_hold_no_folder_of_the_machine_that_made_them
     assert shared["models"]["model.clip"]["folder"] == "<real-size home>/a--b"
     assert shared["load_back"] == {"one-process/final": {"error": "OSError: one-process/final/x missing"}}
     assert shared["options"] == {"home": "<real-size home>", "steps": 2}
+
+
+def test_the_summary_says_why_a_dry_runs_cpu_steps_are_slow(tmp_path):
+    """Each stage's CPU time beside its wall clock; one line each when other load shares the machine and when
+    a bf16 preset runs on a CPU without native bf16; neither on a quiet machine that has it."""
+    from hf_vrl.run.dry_run import summary
+
+    steps = {"train": {"steps": [1, 2], "step_s": [48.7, 40.0], "cpu_s": [7.0, 6.9], "host_peak_gib": 1.3}}
+    report = {
+        "preset": "clue-r50", "method": "clue", "passed": True, "wall_s": 500.0, "problems": [],
+        "steps": {"one-process": steps}, "runs": {}, "micro_batch": 2, "precision": "bf16",
+        "machine": {"cores": 2, "load_average_at_start": [7.7, 7.1, 5.0], "native_bf16": False},
+    }  # fmt: skip
+    text = summary(report, tmp_path)
+    assert "48.7, 40.0 s per step (7.0, 6.9 s of CPU) at micro-batch 2" in text
+    assert "load average was 7.7 on 2 cores" in text and "no native bf16" in text
+    quiet = report | {"machine": {"cores": 2, "load_average_at_start": [0.5, 0.4, 0.3], "native_bf16": True}}
+    assert "load average" not in summary(quiet, tmp_path) and "bf16" not in summary(quiet, tmp_path)
+
+
+def test_the_shared_results_give_every_paper_presets_dry_run_wall_time():
+    results = json.loads((ROOT / "benchmarks" / "results" / "dry_runs.json").read_text())
+    walls = results["dry_run_wall_s"]
+    assert set(walls) == set(results["presets"]) == set(PAPER_MODELS)
+    assert all(walls[name]["wall_s"] == results["presets"][name]["wall_s"] > 0 for name in walls)
