@@ -90,7 +90,7 @@ def validate(
 ) -> dict[str, Any]:
     """The footprint's activations at `micro_batch` beside those a run of `config` at that micro-batch
     measured (its step records: the most a step held above what stays allocated, less the gradients and
-    the batch), per stage."""
+    the batch), and what stays allocated with the gradients (weights, AdamW state), per stage."""
     from hf_vrl.methods.dcr.footprint import predict_step
 
     found = {}
@@ -100,12 +100,16 @@ def validate(
             continue
         batch = micro_batch
         measured = max(r["step_peak_bytes"] - r["grad_bytes"] - r["data_bytes"] for r in mine)
-        predicted = predict_step(config, stage, batch).activations
+        step = predict_step(config, stage, batch)
+        last = mine[-1]  # its optimiser state exists
+        static = last["static_bytes"] + last["grad_bytes"]
         found[stage] = {
             "micro_batch": batch,
             "measured_activations_gib": round(measured / GIB, 4),
-            "predicted_activations_gib": round(predicted / GIB, 4),
-            "relative_error": round(predicted / measured - 1, 4),
+            "predicted_activations_gib": round(step.activations / GIB, 4),
+            "relative_error": round(step.activations / measured - 1, 4),
+            "measured_static_gib": round(static / GIB, 4),
+            "predicted_static_gib": round((step.weights + step.gradients + step.optimizer_state) / GIB, 4),
         }
     return found
 

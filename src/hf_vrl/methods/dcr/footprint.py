@@ -8,13 +8,16 @@ of a step run on them under the run's autocast, counted by `LiveMemory` as the d
   T  what the encoder's forward over the step's views (2B: clean and augmented) keeps for its backward
      (stage 1: the projector's; the tower is frozen), with or without the tower's gradient checkpointing
   U  the UNet grid: P passes (B^2 + B for Eq. 12) x what one pass keeps + C x what one pass adds in its
-     backward (C the passes of one call, `unet_chunk_size`; all P in one call by default), both measured on
-     two passes with the stage's gradient_checkpointing (`memory.measure_pair_memory`)
+     backward (C the passes of one call, `unet_chunk_size`; all P in one call by default, and for "auto",
+     which depends on the free memory: an upper bound), both measured on two passes with the stage's
+     gradient_checkpointing (`memory.measure_pair_memory`)
   D  the micro-batch of float32 images
 and the peak is W + G + Z + max(T + U + D, Z): bytes the CUDA allocator is asked for, without its caching
 slack or the CUDA context. Attention is the CPU's flash kernel (what the dry run measured; a GPU's flash /
 memory-efficient kernels keep the same output and log-sum-exp). Checked against the dry runs' measured steps
-(`benchmarks/results/dry_runs.json`, tests/run/test_memory_budgets.py): within 2 % at micro-batches 1-3.
+(`benchmarks/results/dry_runs.json`, tests/run/test_memory_budgets.py): the activations within 0.2 % of every
+DCR preset's steps at micro-batches 1-3, both stages; the weights, gradients and AdamW state within 0.2 % of
+what stayed allocated.
 """
 
 from __future__ import annotations
