@@ -15,13 +15,13 @@ folders go to a temporary folder (--work), never to <output>:
   dcr_command    `hf-vrl train dcr --config dcr-openai-l14-224` at its batch 16: real-size models with random
                  weights, generated data, STEPS steps of each stage; step time and peak memory from the run's
                  own step log (hf_vrl.run.probe), against the targets <= 0.20 s/step and <= 40 GB
-  dcr_presets    every other DCR preset the same way at its batch of 16 with its memory settings, as many as
-                 the time box allows (each written as it finishes); for every DCR run, each stage's measured
-                 peak beside the peak predicted from the step's parts (hf_vrl.methods.dcr.footprint) goes to
-                 gpu_check.json's dcr_prediction_vs_measured
   dive_command   `hf-vrl train dive --config dive-b16` at its real batch (512 = 2 x 256), the same way
   clue_command   `hf-vrl train clue --config clue-r50` at its real batch (512 = 4 x 128), the same way
   accumulation   whole-batch vs plain accumulation vs one batch (benchmarks/accumulation.py --real)
+  dcr_presets    every other DCR preset as dcr_command, at its batch of 16 with its memory settings, as many as
+                 the time left allows (each written as it finishes); for every DCR run, each stage's measured
+                 peak beside the peak predicted from the step's parts (hf_vrl.methods.dcr.footprint) goes to
+                 gpu_check.json's dcr_prediction_vs_measured
   dry_runs       `--dry-run` of every paper preset on this device (hf_vrl.run.dry_run), cheapest first, as
                  many as the time left allows
 --quick swaps the commands' presets for the tiny ones (their toy inputs trained for 2 steps) and the
@@ -50,17 +50,17 @@ PARTS = (
     "cuda_tests",
     "diffclip_step",
     "dcr_command",
-    "dcr_presets",
     "dive_command",
     "clue_command",
     "accumulation",
+    "dcr_presets",
     "dry_runs",
 )
 BOXES = {  # seconds each part may take on a GPU (the dry runs get what is left)
     "cuda_tests": 100,
     "diffclip_step": 90,
     "dcr_command": 150,
-    "dcr_presets": 200,
+    "dcr_presets": 200,  # what is left before the dry runs, at most this
     "dive_command": 60,
     "clue_command": 50,
     "accumulation": 40,

@@ -17,10 +17,10 @@ PARTS = [
     "cuda_tests",
     "diffclip_step",
     "dcr_command",
-    "dcr_presets",
     "dive_command",
     "clue_command",
     "accumulation",
+    "dcr_presets",
     "dry_runs",
 ]
 

@@ -11,11 +11,14 @@ each run a fresh `hf-vrl` process measured by `hf_vrl.run.probe`:
   two processes   torchrun, the same global batch (skipped where two would not fit in the memory left, or on
                   one GPU)
   memory probes   one step per stage at the two nearest other micro-batches (1 and 3; 3 and 4 where a method
-                  needs 2 samples), a larger one only where its host memory, extrapolated, fits
+                  needs 2 samples), a larger one only where its host memory, extrapolated, fits; not for DCR,
+                  predicted from the parts of its step instead (`hf_vrl.run.memory`, checked against the
+                  one-process run's steps)
   load back       every saved model folder in a fresh interpreter without hf_vrl (`hf_vrl.run.load_back`)
 and checks that each run's `config.json` and batch layout are what `--print-config` prints for it.
 
-The memory predicted on a GPU at the preset's micro-batch M (`predict_memory`): the probe measures, per step,
+The memory predicted on a GPU at the preset's micro-batch M (`predicted`; DCR's from its parts, the others'
+by `predict_memory`), beside the budget it must fit (`hf_vrl.run.memory`): the probe measures, per step,
 what stays allocated (weights, buffers, optimiser state, frozen models: S), the gradients (G), the batch the
 step moves to the device (D), the most the forward/backward passes hold above S (P(b), D included) and the
 optimiser step's own peak (O). A(b) = P(b) - G - D is fitted by least squares through the micro-batches
