@@ -18,9 +18,9 @@ folders go to a temporary folder (--work), never to <output>:
   dive_command   `hf-vrl train dive --config dive-b16` at its real batch (512 = 2 x 256), the same way
   clue_command   `hf-vrl train clue --config clue-r50` at its real batch (512 = 4 x 128), the same way
   accumulation   whole-batch vs plain accumulation vs one batch (benchmarks/accumulation.py --real)
-  dcr_presets    every other DCR preset as dcr_command, at its batch of 16 with its memory settings, as many as
-                 the time left allows (each written as it finishes); for every DCR run, each stage's measured
-                 peak beside the peak predicted from the step's parts (hf_vrl.methods.dcr.footprint) goes to
+  dcr_presets    the other DCR presets as dcr_command, at their batch 16 with their memory settings, as many
+                 as the time left allows (each written as it finishes); every DCR run's measured peak per
+                 stage beside the one predicted from the step's parts (hf_vrl.methods.dcr.footprint) goes to
                  gpu_check.json's dcr_prediction_vs_measured
   dry_runs       `--dry-run` of every paper preset on this device (hf_vrl.run.dry_run), cheapest first, as
                  many as the time left allows
