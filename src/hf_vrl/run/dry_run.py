@@ -646,11 +646,17 @@ def summary(report: Mapping[str, Any], out: Path) -> str:
 
 
 def print_prediction(method_class: type, config: RunConfig) -> None:
-    """--print-config's lines on the memory `config` asks of a GPU (where its parts predict it), to stderr."""
-    if has_components(config):
-        stages = _stages(method_class, config, Path(config.output.output_dir or "."))
-        for line in prediction_lines(component_prediction(config, stages)):
-            print(line, file=sys.stderr)
+    """--print-config's lines on the memory `config` asks of a GPU, to stderr: predicted from the parts of its
+    step where the method has them, else where to find the prediction."""
+    if not has_components(config):
+        print(
+            "memory on a GPU: --dry-run predicts it (fitted through the micro-batches it measures)",
+            file=sys.stderr,
+        )
+        return
+    stages = _stages(method_class, config, Path(config.output.output_dir or "."))
+    for line in prediction_lines(component_prediction(config, stages)):
+        print(line, file=sys.stderr)
 
 
 def slowness(report: Mapping[str, Any]) -> list[str]:
