@@ -101,8 +101,10 @@ def validate(
         batch = micro_batch
         measured = max(r["step_peak_bytes"] - r["grad_bytes"] - r["data_bytes"] for r in mine)
         step = predict_step(config, stage, batch)
-        last = mine[-1]  # its optimiser state exists
+        last = mine[-1]
         static = last["static_bytes"] + last["grad_bytes"]
+        if last["step"] == 1:  # the optimiser state is made inside the first step: its optimiser peak
+            static += last["optimizer_peak_bytes"]
         found[stage] = {
             "micro_batch": batch,
             "measured_activations_gib": round(measured / GIB, 4),
