@@ -27,6 +27,12 @@ Every variant must give the same loss (checked, `losses_match`).
     python benchmarks/dcr_step.py --real-unet-memory
                                                    # what one real UNet pass keeps for backward, per
                                                    # precision / lean setting, on the CPU (a few minutes)
+    python benchmarks/dcr_step.py --memory-settings
+                                                   # the run's default step against each memory setting a
+                                                   # preset may choose (UNet chunks, feed-forward or whole-
+                                                   # chunk recompute, tower gradient checkpointing), alone
+                                                   # and as the presets combine them: time and peak memory
+                                                   # at the same batch, in one run (dcr_step_memory.json)
 
 Stage 2 (LoRA on the encoder) by default, the heavier stage; `--stage projector` for stage 1.
 Memory: on CUDA the peak allocated during the step (absolute, weights included, and the step's own part); on
@@ -42,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import statistics
 import time
@@ -306,6 +313,106 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+# the run's defaults (the UNet outside autocast, lean, prefix reused) and the memory settings on top of them
+DEFAULT = dict(reuse_prefix=True, gradient_checkpointing="none", unet_autocast=False, lean_activations=True)
+MEMORY_VARIANTS = {
+    "default": dict(chunk=None, tower=False),
+    "unet_chunks": dict(chunk="size", tower=False),
+    "feedforward": dict(gradient_checkpointing="feedforward", chunk=None, tower=False),
+    "chunks_recompute": dict(gradient_checkpointing="chunks", chunk="size", tower=False),
+    "tower_checkpointing": dict(chunk=None, tower=True),
+    "tower_and_chunks_recompute": dict(gradient_checkpointing="chunks", chunk="size", tower=True),
+}
+
+
+def memory_settings(args: argparse.Namespace) -> dict:
+    """Each memory setting a preset may choose against the run's default step, at the same batch and on the
+    same weights and draws: seconds (fastest of the interleaved rounds, and the median) and peak memory."""
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if args.real else torch.float32
+    model, parts = build(args.real, device, dtype)
+    trainable = prepare_stage(model, "encoder", LoraSettings())
+    trainable.train()
+    size = model.config.vision_config.image_size
+    pixel_values = torch.rand(args.batch_size, 3, size, size, device=device)
+    passes = args.batch_size**2 + args.batch_size
+    chunk = args.chunk_size or -(-passes // 4)  # a quarter of the grid a call
+    steps = {}
+    for name, variant in MEMORY_VARIANTS.items():
+        settings = DEFAULT | {k: v for k, v in variant.items() if k not in ("chunk", "tower")}
+        task_config = DCRTaskConfig(unet_chunk_size=chunk if variant["chunk"] else None)
+        task = DCRTask(model, FrozenDiffusion(**settings, **parts), task_config).to(device).train()
+        steps[name] = _with_tower_checkpointing(
+            model, variant["tower"], make_step(task, False, args.autocast, device)
+        )
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
+    losses: dict[str, float] = {}
+    for step in steps.values():  # warm-up
+        timed(step, model, pixel_values, device, args.seed)
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            started = time.process_time()
+            seconds, losses[name] = timed(step, model, pixel_values, device, args.seed)
+            times[name].append(seconds)
+            cpu[name].append(time.process_time() - started)
+    results = {
+        name: {
+            "settings": MEMORY_VARIANTS[name] | {"chunk_size": chunk},
+            "seconds_min": min(times[name]),
+            "seconds_median": statistics.median(times[name]),
+            "cpu_seconds_min": min(cpu[name]),
+            **memory(step, model, pixel_values, device, args.seed),
+            "loss": losses[name],
+        }
+        for name, step in steps.items()
+    }
+    # on a shared CPU the process's CPU time is what other load disturbs least; on CUDA the wall clock
+    timing = "seconds_min" if device.startswith("cuda") else "cpu_seconds_min"
+    base = results["default"]
+    for r in results.values():
+        r["time_vs_default"] = r[timing] / base[timing]
+        r["memory_vs_default"] = r["step_peak_gb"] / base["step_peak_gb"]
+    reference = losses["default"]
+    return {
+        "setup": {
+            "model": "ViT-L/14@224 + SD-2.1-base UNet/VAE (random weights, bf16 UNet/VAE)"
+            if args.real
+            else "mid: 4-layer 128-wide ViT/16 @112 + the SD-2.1 UNet/VAE layouts at 1/10 width (fp32)",
+            "stage": "encoder (stage 2, LoRA)",
+            "batch_size": args.batch_size,
+            "unet_passes_per_step": passes,
+            "chunk_size": chunk,
+            "rounds": args.rounds,
+            "autocast_bf16": args.autocast,
+            "threads": torch.get_num_threads(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+            "device": torch.cuda.get_device_name()
+            if device.startswith("cuda")
+            else platform.processor() or "cpu",
+            "memory": "peak CUDA allocated" if device.startswith("cuda") else "peak bytes of step tensors",
+            "time_ratios_from": timing,
+            "torch": torch.__version__,
+        },
+        "losses_match": all(abs(v - reference) <= 2e-3 * max(1.0, abs(reference)) for v in losses.values()),
+        "results": results,
+    }
+
+
+def _with_tower_checkpointing(model: DCRModel, enabled: bool, step):
+    """`step` with the tower's gradient checkpointing on or off (the variants share one model)."""
+
+    def wrapped(pixel_values: torch.Tensor) -> torch.Tensor:
+        if enabled:
+            model.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            model.activation_checkpointing_disable()
+        return step(pixel_values)
+
+    return wrapped
+
+
 def real_unet_flops(batch_size: int) -> dict:
     """FLOPs of the B^2+B UNet passes of a real step (SD-2.1-base UNet at 28 x 28 latents, bf16), forward and
     forward + backward, per variant; counted on the meta device, where attention runs as matmuls."""
@@ -413,6 +520,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--real-unet-memory", action="store_true", help="what one real UNet pass keeps, per setting (CPU)"
     )
+    parser.add_argument(
+        "--memory-settings", action="store_true", help="time and memory of each preset memory setting"
+    )
     parser.add_argument("--batch-size", type=int, default=None, help="images per step (mid 8, real 16)")
     parser.add_argument("--chunk-size", type=int, default=None, help="UNet pairs per recomputed call (B+1)")
     parser.add_argument("--stage", choices=("projector", "encoder"), default="encoder")
@@ -447,6 +557,18 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{r['kept_gib_per_step']:6.2f} GiB a step  x{r['vs_before']:5.3f}"
             )
         print(f"written to {output}")
+        return report
+    if args.memory_settings:
+        report = memory_settings(args)
+        output = args.output.with_name("dcr_step_memory.json")
+        output.write_text(json.dumps(report, indent=2) + "\n")
+        for name, r in report["results"].items():
+            print(
+                f"{name:<28} {r['seconds_min']:8.3f} s  {r['cpu_seconds_min']:8.3f} s CPU  "
+                f"x{r['time_vs_default']:5.2f} time  "
+                f"{r['step_peak_gb'] * 1024:9.1f} MB  x{r['memory_vs_default']:5.2f} memory"
+            )
+        print(f"losses match: {report['losses_match']}; written to {output}")
         return report
     report = run(args)
     args.output.parent.mkdir(parents=True, exist_ok=True)

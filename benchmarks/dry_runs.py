@@ -38,7 +38,8 @@ KEPT = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hf_vrl.run.dry_run import DryRunOptions, dry_run, machine, paper_presets, preset_config
+    from hf_vrl.run.dry_run import DryRunOptions, dry_run, machine, paper_presets, portable, preset_config
+    from hf_vrl.run.memory import prediction_lines
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("presets", nargs="*", help="default: every paper preset, cheapest first")
@@ -62,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     results["figures"] = (
         "step_s: wall clock of each optimiser step (forward, backward, optimiser step) under the machine's "
         "load at the time (each preset's machine.load_average_at_start); host_peak_gib: the process's peak "
-        "resident memory in the step; prediction: hf_vrl.run.dry_run.predict_memory"
+        "resident memory in the step; cpu_s: the process's CPU time in it; prediction: hf_vrl.run.dry_run."
+        "predicted (DCR: from the step's parts, hf_vrl.methods.dcr.footprint, validated against the run's "
+        "measured step; the others: fitted through the micro-batches measured); dry_run_wall_s: each "
+        "preset's whole dry run, from its own record"
     )
     work = Path(tempfile.mkdtemp(prefix="hf_vrl_dry_runs_"))
     try:
@@ -70,28 +74,67 @@ def main(argv: list[str] | None = None) -> int:
             method_class, config = preset_config(preset)
             report = dry_run(method_class, config, work / preset, options, preset=preset)
             kept = {key: report.get(key) for key in KEPT}
-            results["presets"][preset] = kept | {key: report[key] for key in ("options", "machine", "wall_s")}
+            kept |= {key: report[key] for key in ("options", "machine", "wall_s")}
+            results["presets"][preset] = portable(kept, work / preset, options.home)
+            results["dry_run_wall_s"] = wall_times(results["presets"])
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(results, indent=2) + "\n")
             print(f"{preset}: {'passed' if report['passed'] else 'FAILED'} in {report['wall_s']:.0f} s")
+            print(*(f"  {line}" for line in prediction_lines(report.get("prediction"))), sep="\n")
             shutil.rmtree(work / preset, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
+def wall_times(presets: dict) -> dict:
+    """Each preset's whole dry run (seconds, wall clock), beside the machine's load when it started."""
+    return {
+        name: {
+            "wall_s": kept["wall_s"],
+            "micro_batch": kept["micro_batch"],
+            "load_average_at_start": kept["machine"]["load_average_at_start"],
+        }
+        for name, kept in presets.items()
+    }
+
+
 def recompute(output: Path) -> int:
-    """Each preset's memory prediction again, from the step records its dry run kept (what the formula of
-    hf_vrl.run.dry_run gives for the same measurements)."""
-    from hf_vrl.run.dry_run import DryRunOptions, fit_runs, grows_with_square, predict_memory, preset_config
+    """Each preset's memory prediction again with its present settings (hf_vrl.run.dry_run.predicted): DCR's
+    from the step's parts, checked against the steps its dry run measured (with the settings it ran,
+    `measured_with`; the fit through those runs kept beside it), the others fitted through their runs."""
+    from hf_vrl.run.dry_run import (
+        DryRunOptions,
+        fit_runs,
+        grows_with_square,
+        predict_memory,
+        predicted,
+        preset_config,
+    )
+    from hf_vrl.run.memory import has_components, prediction_lines, validate
 
     results = json.loads(output.read_text())
     for preset, kept in results["presets"].items():
         config = preset_config(preset)[1]
         options = DryRunOptions(micro_batch=kept["options"]["micro_batch"])
-        fit = fit_runs(config, options, kept["records"])
-        if len(fit) > 1:
-            kept["prediction"] = predict_memory(fit, config.batch_plan(1), grows_with_square(config))
+        prediction = predicted(config, kept["stages"], options, kept["records"])
+        if prediction and has_components(config):
+            ran = preset_config(preset, kept.get("measured_with") or {})[1]
+            sizes = {"one-process": kept["micro_batch"]}
+            sizes |= {
+                name: int(name.rsplit("-", 1)[1]) for name in kept["records"] if "memory-probe-" in name
+            }
+            prediction["validation"] = {
+                name: validate(ran, kept["stages"], kept["records"][name], size)
+                for name, size in sizes.items()
+            }
+            fit = fit_runs(ran, options, kept["records"])
+            if len(fit) > 1:
+                measured = predict_memory(fit, ran.batch_plan(1), grows_with_square(ran))
+                prediction["fit_of_the_runs_measured"] = measured
+        kept["prediction"] = prediction
+        print(preset, *prediction_lines(prediction), sep="\n  ")
+    results["dry_run_wall_s"] = wall_times(results["presets"])
     output.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 

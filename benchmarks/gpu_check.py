@@ -18,8 +18,12 @@ folders go to a temporary folder (--work), never to <output>:
   dive_command   `hf-vrl train dive --config dive-b16` at its real batch (512 = 2 x 256), the same way
   clue_command   `hf-vrl train clue --config clue-r50` at its real batch (512 = 4 x 128), the same way
   accumulation   whole-batch vs plain accumulation vs one batch (benchmarks/accumulation.py --real)
+  dcr_presets    the other DCR presets as dcr_command, at their batch 16 with their memory settings, as many
+                 as the time left allows (each written as it finishes); every DCR run's measured peak per
+                 stage beside the one predicted from the step's parts (hf_vrl.methods.dcr.footprint) goes to
+                 gpu_check.json's dcr_prediction_vs_measured
   dry_runs       `--dry-run` of every paper preset on this device (hf_vrl.run.dry_run), cheapest first, as
-                 many as the time left allows; the DCR preset's prediction is set beside dcr_command's peak
+                 many as the time left allows
 --quick swaps the commands' presets for the tiny ones (their toy inputs trained for 2 steps) and the
 benchmarks' sizes for their CPU sizes, so the whole check runs on a CPU in a few minutes.
 """
@@ -49,12 +53,14 @@ PARTS = (
     "dive_command",
     "clue_command",
     "accumulation",
+    "dcr_presets",
     "dry_runs",
 )
 BOXES = {  # seconds each part may take on a GPU (the dry runs get what is left)
     "cuda_tests": 100,
     "diffclip_step": 90,
     "dcr_command": 150,
+    "dcr_presets": 200,  # what is left before the dry runs, at most this
     "dive_command": 60,
     "clue_command": 50,
     "accumulation": 40,
@@ -76,6 +82,14 @@ COMMANDS = {
     ),
 }
 DCR_TARGETS = {"step_s": 0.20, "peak_gb": 40.0}
+DCR_PRESETS = (  # dcr_presets' order: the cheapest first (dcr_command measures dcr-openai-l14-224)
+    "dcr-metaclip-l14",
+    "dcr-siglip-so400m-224",
+    "dcr-metaclip-h14",
+    "dcr-openai-l14-336",
+    "dcr-siglip-so400m-384",
+)
+QUICK_DCR = COMMANDS["dcr_command"][1]
 STEPS = 6  # optimiser steps per stage of the commands; the first two (warm-up, compilation) are not timed
 
 
@@ -83,11 +97,38 @@ STEPS = 6  # optimiser steps per stage of the commands; the first two (warm-up, 
 
 
 def _command_part(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """A preset's real command at its own batch sizes (hf_vrl.run.dry_run without the kill, the second
-    process or the memory probe), measured from its step log."""
-    from hf_vrl.run.dry_run import DryRunOptions, dry_run, preset_config
-
+    """A preset's real command at its own batch sizes (`_run_command`); DCR's against its targets."""
     preset, overrides = COMMANDS[name][1 if args.quick else 0]
+    figures = _run_command(preset, overrides, args.work / name, args)
+    if name == "dcr_command":
+        last = list(figures["stages"].values())[-1] if figures["stages"] else None
+        figures["targets"] = DCR_TARGETS
+        figures["meets_targets"] = bool(last) and (
+            last["step_s_median"] <= DCR_TARGETS["step_s"] and last["peak_gb"] <= DCR_TARGETS["peak_gb"]
+        )
+    return figures
+
+
+def _dcr_presets_part(args: argparse.Namespace) -> None:
+    """Each DCR preset at its batch of 16 with its memory settings (`_run_command`); each preset's figures are
+    written to parts/dcr_presets/ as soon as it is done."""
+    folder = args.output / "parts" / "dcr_presets"
+    folder.mkdir(parents=True, exist_ok=True)
+    for preset, overrides in [QUICK_DCR] if args.quick else [(name, {}) for name in DCR_PRESETS]:
+        figures = _run_command(preset, overrides, args.work / "dcr-presets" / preset, args)
+        (folder / f"{preset}.json").write_text(json.dumps(figures, indent=2) + "\n")
+        shutil.rmtree(args.work / "dcr-presets" / preset, ignore_errors=True)
+
+
+def _run_command(
+    preset: str, overrides: dict[str, Any], out: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """A preset's real command at its own batch sizes (hf_vrl.run.dry_run without the kill, the second
+    process or the memory probe), measured from its step log; beside each stage's peak the one predicted
+    from the step's parts where the method has them (DCR with real-size models: not the tiny preset)."""
+    from hf_vrl.run.dry_run import DryRunOptions, dry_run, preset_config
+    from hf_vrl.run.memory import component_prediction, has_components
+
     method_class, config = preset_config(preset, overrides)
     options = DryRunOptions(
         micro_batch=None,
@@ -97,16 +138,13 @@ def _command_part(name: str, args: argparse.Namespace) -> dict[str, Any]:
         memory_fit=False,
         threads=_threads(args),
     )
-    report = dry_run(method_class, config, args.work / name, options, preset=preset)
-    figures = {"preset": preset, "passed": report["passed"], "problems": report["problems"]}
-    figures["stages"] = _timed_stages(args.work / name / "logs" / "one-process.steps.jsonl")
-    if name == "dcr_command":
-        last = figures["stages"].get(report["stages"][-1])
-        figures["targets"] = DCR_TARGETS
-        figures["meets_targets"] = bool(last) and (
-            last["step_s_median"] <= DCR_TARGETS["step_s"] and last["peak_gb"] <= DCR_TARGETS["peak_gb"]
-        )
-    return figures
+    report = dry_run(method_class, config, out, options, preset=preset)
+    stages = _timed_stages(out / "logs" / "one-process.steps.jsonl")
+    predicted = component_prediction(config, report["stages"]) if has_components(config) else None
+    for stage, figures in stages.items():
+        if predicted and stage in predicted["stages"]:
+            figures["predicted_gb"] = round(predicted["stages"][stage]["peak"] * 2**30 / 1e9, 2)
+    return {"preset": preset, "passed": report["passed"], "problems": report["problems"], "stages": stages}
 
 
 def _timed_stages(record: Path) -> dict[str, Any]:
@@ -131,7 +169,7 @@ def _timed_stages(record: Path) -> dict[str, Any]:
 
 def _dry_runs_part(args: argparse.Namespace) -> None:
     """Dry runs of the paper presets, cheapest first; each report is written as soon as it is done."""
-    from hf_vrl.run.dry_run import DryRunOptions, dry_run, paper_presets, preset_config
+    from hf_vrl.run.dry_run import DryRunOptions, dry_run, paper_presets, portable, preset_config
 
     folder = args.output / "parts" / "dry_runs"
     folder.mkdir(parents=True, exist_ok=True)
@@ -139,7 +177,7 @@ def _dry_runs_part(args: argparse.Namespace) -> None:
         method_class, config = preset_config(preset)
         out = args.work / "dry-runs" / preset
         report = dry_run(method_class, config, out, DryRunOptions(threads=_threads(args)), preset=preset)
-        (folder / f"{preset}.json").write_text(json.dumps(report, indent=2) + "\n")
+        (folder / f"{preset}.json").write_text(json.dumps(portable(report, out), indent=2) + "\n")
         shutil.rmtree(out, ignore_errors=True)
 
 
@@ -226,6 +264,8 @@ def _figures(name: str, args: argparse.Namespace) -> Any:
     if name == "dry_runs":
         folder = parts / "dry_runs"
         return {path.stem: _dry_run_figures(path) for path in sorted(folder.glob("*.json"))}
+    if name == "dcr_presets":
+        return {path.stem: json.loads(path.read_text()) for path in sorted((parts / name).glob("*.json"))}
     path = parts / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -251,18 +291,21 @@ def _dry_run_figures(path: Path) -> dict[str, Any]:
 
 
 def _prediction_vs_measured(parts: dict[str, Any]) -> dict[str, Any]:
-    """Per stage of the DCR command: the peak it measured and what its preset's dry run predicted for it."""
-    command = parts.get("dcr_command", {}).get("figures") or {}
-    dry = (parts.get("dry_runs", {}).get("figures") or {}).get(command.get("preset"), {})
-    predicted = (dry.get("prediction") or {}).get("stages", {})
-    return {
-        stage: {
-            "measured_gb": figures["peak_gb"],
-            "predicted_gb": round(predicted[stage]["predicted_gib"] * 2**30 / 1e9, 2),
-        }
-        for stage, figures in command.get("stages", {}).items()
-        if stage in predicted
-    }
+    """Per DCR preset run (dcr_command, dcr_presets) and stage: the peak it measured (GPU: the allocator's;
+    CPU: the host's, not comparable) and the peak predicted from its parts, in GB, and their ratio."""
+    runs = [parts.get("dcr_command", {}).get("figures") or {}]
+    runs += list((parts.get("dcr_presets", {}).get("figures") or {}).values())
+    found = {}
+    for run in runs:
+        for stage, figures in run.get("stages", {}).items():
+            if figures.get("predicted_gb"):
+                found.setdefault(run["preset"], {})[stage] = {
+                    "measured_gb": figures["peak_gb"],
+                    "measured_kind": figures["peak_kind"],
+                    "predicted_gb": figures["predicted_gb"],
+                    "measured_over_predicted": round(figures["peak_gb"] / figures["predicted_gb"], 3),
+                }
+    return found
 
 
 def machine(device: str) -> dict[str, Any]:
@@ -319,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     args.output = (args.output or Path(os.environ.get("OUT", "gpu_check"))).resolve()
     if args.part == "dry_runs":
         _dry_runs_part(args)
+        return 0
+    if args.part == "dcr_presets":
+        _dcr_presets_part(args)
         return 0
     if args.part:
         figures = _command_part(args.part, args)

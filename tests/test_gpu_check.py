@@ -20,6 +20,7 @@ PARTS = [
     "dive_command",
     "clue_command",
     "accumulation",
+    "dcr_presets",
     "dry_runs",
 ]
 
@@ -54,6 +55,7 @@ def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
     figures = {name: parts[name]["figures"] for name in PARTS}
     assert figures["cuda_tests"]["tests"] > 0 and figures["cuda_tests"]["failures"] == 0
     assert {"clip", "diffclip"} <= set(figures["diffclip_step"]["step"]["time_ms"])
+    assert set(figures["dcr_presets"]) == {"dcr-tiny"} and figures["dcr_presets"]["dcr-tiny"]["passed"]
     for name, stages in (("dcr_command", {"stage1", "stage2"}), ("dive_command", {"train"})):
         assert figures[name]["passed"] and set(figures[name]["stages"]) == stages, figures[name]
     assert figures["clue_command"]["passed"]
@@ -63,3 +65,32 @@ def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
     assert set(figures["accumulation"]["results"]) == {"one_batch", "whole_batch", "micro_batch"}
     assert figures["dry_runs"]["diffclip-tiny"]["passed"]
     assert sum(path.stat().st_size for path in out.rglob("*") if path.is_file()) < 20 * 2**20  # figures only
+
+
+def test_each_dcr_runs_measured_peak_is_set_beside_its_predicted_one():
+    """gpu_check.json's dcr_prediction_vs_measured: per DCR preset run (dcr_command and dcr_presets) and
+    stage, the measured and predicted peaks and their ratio; runs without a prediction (the tiny preset)
+    are left out."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stage = {"peak_gb": 30.0, "peak_kind": "CUDA allocated", "predicted_gb": 25.0}
+    parts = {
+        "dcr_command": {"figures": {"preset": "dcr-openai-l14-224", "stages": {"stage2": stage}}},
+        "dcr_presets": {
+            "figures": {
+                "dcr-openai-l14-336": {"preset": "dcr-openai-l14-336", "stages": {"stage1": stage}},
+                "dcr-tiny": {"preset": "dcr-tiny", "stages": {"stage1": {"peak_gb": 1.0, "peak_kind": "x"}}},
+            }
+        },
+    }
+    found = module._prediction_vs_measured(parts)
+    assert set(found) == {"dcr-openai-l14-224", "dcr-openai-l14-336"}
+    assert found["dcr-openai-l14-336"]["stage1"] == {
+        "measured_gb": 30.0,
+        "measured_kind": "CUDA allocated",
+        "predicted_gb": 25.0,
+        "measured_over_predicted": 1.2,
+    }

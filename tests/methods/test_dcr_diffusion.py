@@ -37,7 +37,7 @@ def test_loads_frozen_pipeline_folder(diffusion, pipeline_dir):
     assert diffusion.null_text_embeds.shape == (1, 77, 16)
     assert diffusion.prediction_type == "epsilon" and diffusion.num_train_timesteps == 1000
     reference = DDPMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear")
-    torch.testing.assert_close(diffusion.alphas_cumprod, reference.alphas_cumprod.float())
+    torch.testing.assert_close(diffusion.scheduler.alphas_cumprod, reference.alphas_cumprod)
     bf16 = load_diffusion(pipeline_dir, dtype="bf16")
     assert bf16.dtype == torch.bfloat16 and bf16.null_text_embeds.dtype == torch.float32
 
@@ -50,16 +50,20 @@ def test_vae_encodes_at_input_resolution(diffusion):
 
 
 def test_forward_process_and_targets_match_diffusers(diffusion):
+    """DCR's noising and v-target are diffusers' `add_noise` / `get_velocity`, equal to the formulas they
+    replaced: x_t = sqrt(a_bar) x0 + sqrt(1 - a_bar) eps and v = sqrt(a_bar) eps - sqrt(1 - a_bar) x0."""
     torch.manual_seed(0)
     x0, eps = torch.randn(3, 4, 8, 8), torch.randn(3, 4, 8, 8)
     t = torch.tensor([0, 500, 999])
     scheduler = DDPMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear")
-    torch.testing.assert_close(diffusion.add_noise(x0, eps, t), scheduler.add_noise(x0, eps, t))
+    a = scheduler.alphas_cumprod.float()[t].view(-1, 1, 1, 1)  # the replaced code's a_bar_t, per image
+    noisy = diffusion.add_noise(x0, eps, t)
+    torch.testing.assert_close(noisy, a.sqrt() * x0 + (1.0 - a).sqrt() * eps, rtol=0, atol=1e-6)
+    torch.testing.assert_close(noisy, scheduler.add_noise(x0, eps, t))
     assert torch.equal(diffusion.target(x0, eps, t, "epsilon"), eps)
     v = diffusion.target(x0, eps, t, "v_prediction")
+    torch.testing.assert_close(v, a.sqrt() * eps - (1.0 - a).sqrt() * x0, rtol=0, atol=1e-6)
     torch.testing.assert_close(v, scheduler.get_velocity(x0, eps, t))
-    a = diffusion.alphas_cumprod[500]
-    torch.testing.assert_close(v[1], a.sqrt() * eps[1] - (1 - a).sqrt() * x0[1])  # sqrt(a) eps - sqrt(1-a) x0
     assert torch.equal(diffusion.target(x0, eps, t, "scheduler"), eps)  # this pipeline is an eps-model
     with pytest.raises(ValueError, match="target must be one of"):
         diffusion.target(x0, eps, t, "x0")

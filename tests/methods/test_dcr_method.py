@@ -154,3 +154,30 @@ def test_no_argument_run(tmp_path, monkeypatch):
     assert main(["train", "dcr"]) == 0
     report = json.loads((tmp_path / "runs" / "dcr-tiny" / "report.json").read_text())
     assert report["after"]["mmvp"]["n_pairs"] == 50
+
+
+def test_encoder_gradient_checkpointing_recomputes_the_tower_in_the_stage_that_trains_it(
+    inputs, tmp_path, monkeypatch
+):
+    """--encoder-gradient-checkpointing turns on the tower's checkpointing in stage 2 (LoRA on the tower),
+    not in stage 1 (the tower frozen); the tower's layers then run again in backward."""
+    from transformers.models.clip.modeling_clip import CLIPEncoderLayer
+
+    enabled, calls = [], []
+    enable = DCRModel.activation_checkpointing_enable
+
+    def recorded(self, *args, **kwargs):
+        enabled.append(type(self).__name__)
+        return enable(self, *args, **kwargs)
+
+    monkeypatch.setattr(DCRModel, "activation_checkpointing_enable", recorded)
+    forward = CLIPEncoderLayer.forward
+    monkeypatch.setattr(
+        CLIPEncoderLayer, "forward", lambda self, *a, **k: calls.append(1) or forward(self, *a, **k)
+    )
+    settings = dict(stage1_steps=1, max_steps=1, eval_before=False, eval_after=False)
+    report = run(inputs, tmp_path / "run", encoder_gradient_checkpointing=True, **settings)
+    assert enabled == ["DCRModel"] and list(report["train"]["stages"]) == ["stage1", "stage2"]
+    layers = DCRModel.from_pretrained(tmp_path / "run" / "exports" / "dcr-model").config.vision_config
+    # stage 1 and stage 2's forward: one call per layer each; stage 2's backward recomputes layers again
+    assert len(calls) > 2 * layers.num_hidden_layers

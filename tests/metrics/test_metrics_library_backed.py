@@ -64,3 +64,22 @@ def test_rsa_hand_case_and_a_zero_row():
     assert rsa_score(c, rotated * 3.0) == pytest.approx(1.0, abs=1e-12)
     same = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     assert rsa_score(same, 2 * same) == 1.0  # exactly: scipy's pearsonr gives 0.9999999999999999 here
+
+
+def test_clip_benchmark_mean_per_class_recall_is_scikit_learns_balanced_accuracy():
+    """`cb_zero_shot_accuracy` calls scikit-learn's balanced_accuracy_score; equal to the formula it replaced
+    (the mean over the classes in the labels, sorted, of each one's recall), also when a class no label holds
+    is predicted."""
+    from hf_vrl.metrics.clip_benchmark import cb_zero_shot_accuracy
+
+    rng = np.random.default_rng(5)
+    classifier = rng.normal(size=(8, 6))
+    labels = rng.choice([0, 2, 3, 5], size=60)
+    images = classifier.T[labels] + 1.5 * rng.normal(size=(60, 8))
+    out = cb_zero_shot_accuracy(images, classifier, labels, topk=(1,))
+    normed = images / np.linalg.norm(images, axis=1, keepdims=True)
+    pred = (normed @ classifier).argmax(axis=1)
+    assert set(pred) - set(labels)  # some predictions fall on classes without labels
+    recalls = [np.sum((labels == c) & (pred == c)) / np.sum(labels == c) for c in np.unique(labels)]
+    assert out["mean_per_class_recall"] == pytest.approx(float(np.mean(recalls)), abs=1e-12)
+    assert 0.0 < out["mean_per_class_recall"] < 1.0

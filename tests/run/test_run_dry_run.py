@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,7 @@ from hf_vrl.run.dry_run import (
 )
 from hf_vrl.run.real_models import CLIP_VOCAB_SIZE, catalogue, clip_format_tokenizer, parameter_counts
 
+ROOT = Path(__file__).parents[2]
 # every paper preset and the settings naming the models it starts from (hand-written from hub_configs/)
 SD = "Manojb/stable-diffusion-2-1-base"
 B16 = "openai/clip-vit-base-patch16"
@@ -282,3 +285,79 @@ def test_the_cheapest_paper_preset_dry_runs_at_its_real_size(tmp_path):
     assert report["prediction"]["micro_batch"] == 128  # the preset's
     prediction = report["prediction"]["stages"]["train"]
     assert prediction["predicted_gib"] > prediction["static_gib"] > 0
+
+
+def test_the_probe_starts_a_run_through_the_run_package_not_the_cli(tmp_path):
+    """`python -m hf_vrl.run.probe -- <method> ...` calls `hf_vrl.run.main`: the CLI (which imports the run
+    package, which imports the dry run, which launches the probe) is never imported."""
+    script = (
+        "import sys\n"
+        "from hf_vrl.run import probe\n"
+        f"code = probe.main(['--record', {str(tmp_path / 'steps.jsonl')!r}, '--', 'dcr', '--print-config'])\n"
+        "sys.exit(10 + code if 'hf_vrl.cli' in sys.modules else code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["dcr"]["objective"] == "dcr"
+
+
+def _absolute_paths(value) -> list[str]:
+    """Every string (key or value) of a JSON tree that names an absolute folder of a machine."""
+    if isinstance(value, dict):
+        return [
+            found for key, item in value.items() for found in _absolute_paths(key) + _absolute_paths(item)
+        ]
+    if isinstance(value, list):
+        return [found for item in value for found in _absolute_paths(item)]
+    return (
+        [value]
+        if isinstance(value, str) and re.search(r"(^|[\s\"'(])/(tmp|home|root|work|Users)/", value)
+        else []
+    )
+
+
+def test_the_shared_dry_run_results_hold_no_folder_of_the_machine_that_made_them(tmp_path):
+    """benchmarks/results/dry_runs.json, and what its writer keeps of a report (`portable`): run folders
+    relative to the dry run's, the real-size folders under `<real-size home>`, in keys, values, messages."""
+    results = json.loads((ROOT / "benchmarks" / "results" / "dry_runs.json").read_text())
+    assert _absolute_paths(results) == []
+    from hf_vrl.run.dry_run import portable
+
+    out, home = tmp_path / "work" / "dcr-tiny", tmp_path / "real"
+    report = {
+        "models": {"model.clip": {"repo_id": "a/b", "folder": f"{home}/a--b"}},
+        "load_back": {f"{out}/one-process/final": {"error": f"OSError: {out}/one-process/final/x missing"}},
+        "problems": [f'load back: {{"{out}/one-process/final": 1}}'],
+        "options": {"home": str(home), "steps": 2},
+    }
+    assert _absolute_paths(report) != []
+    shared = portable(report, out, home)
+    assert _absolute_paths(shared) == []
+    assert shared["models"]["model.clip"]["folder"] == "<real-size home>/a--b"
+    assert shared["load_back"] == {"one-process/final": {"error": "OSError: one-process/final/x missing"}}
+    assert shared["options"] == {"home": "<real-size home>", "steps": 2}
+
+
+def test_the_summary_says_why_a_dry_runs_cpu_steps_are_slow(tmp_path):
+    """Each stage's CPU time beside its wall clock; one line each when other load shares the machine and when
+    a bf16 preset runs on a CPU without native bf16; neither on a quiet machine that has it."""
+    from hf_vrl.run.dry_run import summary
+
+    steps = {"train": {"steps": [1, 2], "step_s": [48.7, 40.0], "cpu_s": [7.0, 6.9], "host_peak_gib": 1.3}}
+    report = {
+        "preset": "clue-r50", "method": "clue", "passed": True, "wall_s": 500.0, "problems": [],
+        "steps": {"one-process": steps}, "runs": {}, "micro_batch": 2, "precision": "bf16",
+        "machine": {"cores": 2, "load_average_at_start": [7.7, 7.1, 5.0], "native_bf16": False},
+    }  # fmt: skip
+    text = summary(report, tmp_path)
+    assert "48.7, 40.0 s per step (7.0, 6.9 s of CPU) at micro-batch 2" in text
+    assert "load average was 7.7 on 2 cores" in text and "no native bf16" in text
+    quiet = report | {"machine": {"cores": 2, "load_average_at_start": [0.5, 0.4, 0.3], "native_bf16": True}}
+    assert "load average" not in summary(quiet, tmp_path) and "bf16" not in summary(quiet, tmp_path)
+
+
+def test_the_shared_results_give_every_paper_presets_dry_run_wall_time():
+    results = json.loads((ROOT / "benchmarks" / "results" / "dry_runs.json").read_text())
+    walls = results["dry_run_wall_s"]
+    assert set(walls) == set(results["presets"]) == set(PAPER_MODELS)
+    assert all(walls[name]["wall_s"] == results["presets"][name]["wall_s"] > 0 for name in walls)

@@ -117,10 +117,12 @@ def main(method: str, argv: Sequence[str] | None = None) -> int:
         import sys
 
         from hf_vrl.run.batch import process_count
+        from hf_vrl.run.dry_run import print_prediction
 
         print(json.dumps(parsed.config.to_dict(), indent=2))
         plan = parsed.config.batch_plan(process_count())
         print(plan.describe(parsed.config.loss_terms(plan)), file=sys.stderr)
+        print_prediction(method_class, parsed.config)
         return 0
     if parsed.threads:
         torch.set_num_threads(parsed.threads)

@@ -11,11 +11,14 @@ each run a fresh `hf-vrl` process measured by `hf_vrl.run.probe`:
   two processes   torchrun, the same global batch (skipped where two would not fit in the memory left, or on
                   one GPU)
   memory probes   one step per stage at the two nearest other micro-batches (1 and 3; 3 and 4 where a method
-                  needs 2 samples), a larger one only where its host memory, extrapolated, fits
+                  needs 2 samples), a larger one only where its host memory, extrapolated, fits; not for DCR,
+                  predicted from the parts of its step instead (`hf_vrl.run.memory`, checked against the
+                  one-process run's steps)
   load back       every saved model folder in a fresh interpreter without hf_vrl (`hf_vrl.run.load_back`)
 and checks that each run's `config.json` and batch layout are what `--print-config` prints for it.
 
-The memory predicted on a GPU at the preset's micro-batch M (`predict_memory`): the probe measures, per step,
+The memory predicted on a GPU at the preset's micro-batch M (`predicted`; DCR's from its parts, the others'
+by `predict_memory`), beside the budget it must fit (`hf_vrl.run.memory`): the probe measures, per step,
 what stays allocated (weights, buffers, optimiser state, frozen models: S), the gradients (G), the batch the
 step moves to the device (D), the most the forward/backward passes hold above S (P(b), D included) and the
 optimiser step's own peak (O). A(b) = P(b) - G - D is fitted by least squares through the micro-batches
@@ -44,6 +47,14 @@ from typing import Any
 
 from hf_vrl.errors import UserError
 from hf_vrl.run.config import RunConfig, resolve
+from hf_vrl.run.memory import (
+    component_prediction,
+    has_components,
+    memory_settings,
+    prediction_lines,
+    validate,
+    with_budget,
+)
 
 __all__ = [
     "DryRunOptions",
@@ -52,6 +63,8 @@ __all__ = [
     "fit_runs",
     "grows_with_square",
     "paper_presets",
+    "portable",
+    "predicted",
     "predict_memory",
     "preset_config",
 ]
@@ -188,7 +201,7 @@ class _Runner:
         if processes > 1:
             launch += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
         record = self.out / "logs" / f"{name}.steps.jsonl"
-        command = [*launch, "-m", "hf_vrl.run.probe", "--record", str(record), *probe, "--", "train"]
+        command = [*launch, "-m", "hf_vrl.run.probe", "--record", str(record), *probe, "--"]
         command += [
             self.method_class.name,
             "--config",
@@ -368,7 +381,10 @@ def dry_run(
     _prepare_folder(out)
     started = time.perf_counter()
     main = dry_run_config(config, options)
-    report = _header(method_class, config, main, options, out) | {"preset": preset}
+    report = _header(method_class, config, main, options, out) | {
+        "preset": preset,
+        "precision": main.precision,
+    }
     runner = _Runner(method_class, out, _environment(options), options.threads)
     report["runs"] = _runs(runner, config, main, report["stages"][-1], options)
     if (out / "one-process" / "report.json").is_file():
@@ -377,14 +393,47 @@ def dry_run(
     names = [name.replace("_", "-") for name, run in report["runs"].items() if "skipped" not in run]
     report["records"] = {name: runner.records(name) for name in names}
     report["steps"] = {name: _step_summary(records) for name, records in report["records"].items()}
-    fit = fit_runs(config, options, report["records"]) if options.memory_fit else []
-    if len(fit) > 1:
-        report["prediction"] = predict_memory(fit, config.batch_plan(1), grows_with_square(config))
+    report["prediction"] = predicted(config, report["stages"], options, report["records"])
+    if report["prediction"] and has_components(config):
+        measured = report["records"].get("one-process", [])
+        size = main.batch_plan(1).micro_batch
+        report["prediction"]["validation"] = validate(config, report["stages"], measured, size)
     report["problems"] = problems(report, out)
     report["passed"] = not report["problems"]
     report["wall_s"] = round(time.perf_counter() - started, 1)
     (out / "dry_run.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def portable(report: Any, out: Path, home: Path | None = None) -> Any:
+    """`report` without the folders of the machine that made it, for results shared beyond it: paths under
+    the dry run's folder `out` relative to it, the real-size folders (under `home`) as `<real-size home>/...`
+    (keys and values, also inside messages)."""
+    from hf_vrl.run.real_models import real_size_home
+
+    prefixes = {f"{Path(out).resolve()}/": "", f"{Path(out)}/": ""}
+    root = Path(home or real_size_home())
+    prefixes |= {f"{root.resolve()}/": "<real-size home>/", f"{root}/": "<real-size home>/"}
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for prefix, replacement in prefixes.items():
+                value = value.replace(prefix, replacement)
+            return value
+        if isinstance(value, Mapping):
+            return {clean(key): clean(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(item) for item in value]
+        return value
+
+    cleaned = clean(report)
+    if (
+        isinstance(cleaned, dict)
+        and isinstance(cleaned.get("options"), dict)
+        and cleaned["options"].get("home")
+    ):
+        cleaned["options"]["home"] = "<real-size home>"
+    return cleaned
 
 
 def _header(
@@ -398,6 +447,7 @@ def _header(
         "machine": machine(),
         "options": {key: str(v) if isinstance(v, Path) else v for key, v in asdict(options).items()},
         "micro_batch": main.optim.batch_size,
+        "measured_with": memory_settings(main),
         "global_batch": main.batch_plan(1).global_batch,
         "stages": _stages(method_class, main, out),
         "models": {
@@ -425,9 +475,22 @@ def _runs(
         runs[name] = {"skipped": skip} if skip else runner.run(name, config_file, processes)
         if not skip:
             runs[name]["matches_print_config"] = runner.matches_print_config(name, config_file, processes)
-    if options.memory_fit:
+    if options.memory_fit and not has_components(config):  # the parts predict it without probes
         runs |= _memory_probes(runner, config, options, Measured(records, main.batch_plan(1)))
     return runs
+
+
+def predicted(
+    config: RunConfig, stages: list[str], options: DryRunOptions, records: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The memory `config` asks of one GPU process at its micro-batch, with its budget: from the parts of
+    a step where the method has them (`hf_vrl.run.memory`), else fitted through the dry run's `records`."""
+    if has_components(config):
+        return component_prediction(config, stages)
+    fit = fit_runs(config, options, records or {}) if options.memory_fit else []
+    if len(fit) < 2:
+        return None
+    return with_budget(predict_memory(fit, config.batch_plan(1), grows_with_square(config)), config)
 
 
 def fit_runs(config: RunConfig, options: DryRunOptions, records: Mapping[str, Any]) -> list[Measured]:
@@ -567,21 +630,51 @@ def summary(report: Mapping[str, Any], out: Path) -> str:
     lines += [f"  problem: {problem}" for problem in report["problems"]]
     for stage, figures in report["steps"].get("one-process", {}).items():
         seconds = ", ".join(f"{s:.1f}" for s in figures["step_s"])
+        cpu = ", ".join(f"{s:.1f}" for s in figures.get("cpu_s", []))
         peak = figures.get("device_peak_gib", figures["host_peak_gib"])
         lines.append(
-            f"  {stage}: {seconds} s per step at micro-batch {report['micro_batch']}, peak {peak:.1f} GiB"
+            f"  {stage}: {seconds} s per step{f' ({cpu} s of CPU)' if cpu else ''} at micro-batch "
+            f"{report['micro_batch']}, peak {peak:.1f} GiB"
         )
+    lines += [f"  {line}" for line in slowness(report)]
     for name, run in report["runs"].items():
         if "skipped" in run:
             lines.append(f"  {name}: skipped ({run['skipped']})")
-    prediction = report.get("prediction")
-    if prediction and prediction["predicted_gib"] is not None:
-        lines.append(
-            f"  predicted on a GPU at micro-batch {prediction['micro_batch']}: "
-            f"{prediction['predicted_gib']:.1f} GiB allocated per process"
-        )
+    lines += [f"  {line}" for line in prediction_lines(report.get("prediction"))]
     lines.append(f"report: {out / 'dry_run.json'}")
     return "\n".join(lines)
+
+
+def print_prediction(method_class: type, config: RunConfig) -> None:
+    """--print-config's lines on the memory `config` asks of a GPU, to stderr: predicted from the parts of its
+    step where the method has them, else where to find the prediction."""
+    if not has_components(config):
+        print(
+            "memory on a GPU: --dry-run predicts it (fitted through the micro-batches it measures)",
+            file=sys.stderr,
+        )
+        return
+    stages = _stages(method_class, config, Path(config.output.output_dir or "."))
+    for line in prediction_lines(component_prediction(config, stages)):
+        print(line, file=sys.stderr)
+
+
+def slowness(report: Mapping[str, Any]) -> list[str]:
+    """Why the steps of a dry run on a CPU take longer than their arithmetic, one line each: other load on
+    the machine (the steps' wall clock then exceeds their CPU time), bf16 on a CPU without native bf16."""
+    found, info = [], report.get("machine", {})
+    load, cores = (info.get("load_average_at_start") or [0])[0], info.get("cores") or 1
+    if "gpu" not in info and load > cores:
+        found.append(
+            f"the machine's load average was {load:.1f} on {cores} cores at the start: each step's wall"
+            " clock is shared with that load (its CPU time is what it needs)"
+        )
+    if "gpu" not in info and report.get("precision") in ("bf16", "auto") and info.get("native_bf16") is False:
+        found.append(
+            "this CPU has no native bf16 (no avx512_bf16 / amx_bf16): the preset's bf16 runs on slow kernels "
+            "here, float32 would run faster; the memory predicted for the GPU is the bf16 one"
+        )
+    return found
 
 
 def machine() -> dict[str, Any]:
@@ -594,12 +687,22 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "memory_gib": round(psutil.virtual_memory().total / GIB, 1),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "native_bf16": _native_bf16(),
         "platform": platform.platform(),
         "torch": torch.__version__,
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     return info
+
+
+def _native_bf16() -> bool | None:
+    """Whether the CPU computes bf16 natively (the avx512_bf16 or amx_bf16 flags; None where unknown)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _cpu_name() -> str:
@@ -626,6 +729,7 @@ def main(method_class: type, parsed: Any) -> int:
         print(json.dumps(shown.to_dict(), indent=2))
         plan = shown.batch_plan(1)
         print(plan.describe(shown.loss_terms(plan)), file=sys.stderr)
+        print_prediction(method_class, config)
         return 0
     report = dry_run(method_class, config, out, options, preset=preset)
     print(summary(report, out))

@@ -1,8 +1,9 @@
-"""A run under measurement: `python -m hf_vrl.run.probe --record FILE [--kill-at STAGE:STEP] -- ARGS`.
+"""A run under measurement: `python -m hf_vrl.run.probe --record FILE [--kill-at STAGE:STEP] -- METHOD ARGS`.
 
-Runs `hf-vrl ARGS` with a `StepProbe` on every trainer the run builds. Per optimiser step it appends one JSON
-line to FILE (`FILE.rank<r>` under several processes), written before the next step starts, so a killed run
-keeps what it measured:
+Runs `hf-vrl train METHOD ARGS` through the run package's own entry (`hf_vrl.run.main`, not the CLI's) with
+a `StepProbe` on every trainer the run builds. Per optimiser step it appends one JSON line to FILE
+(`FILE.rank<r>` under several processes), written before the next step starts, so a killed run keeps what it
+measured:
   stage, step, rank, device      which step (`step` counts from 1, as the checkpoint names)
   step_s                         forward, backward and optimiser step (on CUDA after a synchronisation)
   cpu_s                          this process's CPU time in them (all threads): on a shared CPU the figure
@@ -40,6 +41,8 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
+
+from hf_vrl.run import main as train_main
 
 __all__ = ["StepProbe", "install", "main", "tensor_bytes"]
 
@@ -224,7 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--kill-at", metavar="STAGE:STEP", help="SIGKILL at the start of step STEP+1 of STAGE"
     )
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- and the hf-vrl arguments")
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- and the method and arguments of hf-vrl train"
+    )
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     rank = int(os.environ.get("RANK", "0"))
@@ -234,10 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kill_at:
         stage, _, step = args.kill_at.rpartition(":")
         kill_at = (stage, int(step))
+    if not command:
+        parser.error("give -- and the method to train, then its arguments")
     install(record, kill_at)
-    from hf_vrl.cli import main as cli
-
-    return cli(command)
+    return train_main(command[0], command[1:])
 
 
 if __name__ == "__main__":

@@ -121,8 +121,6 @@ class FrozenDiffusion(nn.Module):
         if gradient_checkpointing == "blocks":
             self.unet.enable_gradient_checkpointing()
         self.unet_autocast = unet_autocast
-        alphas_cumprod = scheduler.alphas_cumprod.detach().clone().float()
-        self.register_buffer("alphas_cumprod", alphas_cumprod, persistent=False)
         self.register_buffer("null_text_embeds", null_text_embeds.detach().float().clone(), persistent=False)
         self.split = self._split(reuse_prefix)
         self.compile_unet = compile_unet
@@ -155,7 +153,7 @@ class FrozenDiffusion(nn.Module):
 
     @property
     def num_train_timesteps(self) -> int:
-        return len(self.alphas_cumprod)
+        return self.scheduler.config.num_train_timesteps
 
     @property
     def prediction_type(self) -> str:
@@ -174,16 +172,10 @@ class FrozenDiffusion(nn.Module):
         """t ~ U{0, ..., T-1}, one per image (Algorithm 1, line 5)."""
         return torch.randint(0, self.num_train_timesteps, (batch_size,), device=device)
 
-    def _alphas(self, timesteps: torch.Tensor, ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        alpha_bar = self.alphas_cumprod[timesteps.to(self.alphas_cumprod.device)].view(
-            -1, *([1] * (ndim - 1))
-        )
-        return alpha_bar.sqrt(), (1.0 - alpha_bar).sqrt()
-
     def add_noise(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
-        """x_t = sqrt(a_bar_t) x~ + sqrt(1 - a_bar_t) eps (Algorithm 1, line 7)."""
-        sqrt_alpha, sqrt_one_minus = self._alphas(timesteps, latents.dim())
-        return sqrt_alpha * latents + sqrt_one_minus * noise
+        """x_t = sqrt(a_bar_t) x~ + sqrt(1 - a_bar_t) eps (Algorithm 1, line 7): the scheduler's own
+        `add_noise`."""
+        return self.scheduler.add_noise(latents, noise, timesteps)
 
     def target(
         self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor, kind: str
@@ -191,7 +183,8 @@ class FrozenDiffusion(nn.Module):
         """The ground-truth "eps_gt" of Eq. 12.
 
         `"epsilon"`: the noise (paper); `"v_prediction"`: sqrt(a_bar) eps - sqrt(1 - a_bar) x~ (official code,
-        whatever the UNet's parameterisation); `"scheduler"`: whatever the scheduler's `prediction_type` says.
+        whatever the UNet's parameterisation; the scheduler's `get_velocity`); `"scheduler"`: whatever the
+        scheduler's `prediction_type` says.
         """
         if kind == "scheduler":
             kind = {"epsilon": "epsilon", "v_prediction": "v_prediction", "sample": "sample"}[
@@ -200,8 +193,7 @@ class FrozenDiffusion(nn.Module):
         if kind == "epsilon":
             return noise
         if kind == "v_prediction":
-            sqrt_alpha, sqrt_one_minus = self._alphas(timesteps, latents.dim())
-            return sqrt_alpha * noise - sqrt_one_minus * latents
+            return self.scheduler.get_velocity(latents, noise, timesteps)
         if kind == "sample":
             return latents
         raise ValueError(f"target must be one of {PREDICTION_TARGETS}, got {kind!r}")
@@ -304,7 +296,9 @@ class FrozenDiffusion(nn.Module):
             if free is not None:
                 probe = (latent_index[:2], condition_index[:2])
                 kept, transient = measure_pair_memory(
-                    lambda cond: self._chunk(prefix, noisy, timesteps, cond, *probe), conditions
+                    lambda cond: self._chunk(prefix, noisy, timesteps, cond, *probe),
+                    conditions,
+                    passes=len(probe[0]),
                 )
                 size = choose_chunk_size(len(latent_index), kept, transient, free)
             logger.info("unet_chunk_size auto: %s UNet passes per call", size or len(latent_index))

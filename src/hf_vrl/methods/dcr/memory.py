@@ -56,16 +56,17 @@ def _is_tensor(obj) -> bool:
 
 
 def measure_pair_memory(
-    run: Callable[[torch.Tensor], torch.Tensor], conditions: torch.Tensor
+    run: Callable[[torch.Tensor], torch.Tensor], conditions: torch.Tensor, passes: int | None = None
 ) -> tuple[int, int]:
     """(kept, transient) bytes per UNet pass: what `run(conditions)` keeps for backward, and what its
-    backward adds on top, divided by the number of passes (`len(conditions)`, the probe's pairs)."""
+    backward adds on top, divided by the number of passes it runs (default `len(conditions)`: one pass per
+    condition; a probe of two grid pairs over all the step's conditions says 2)."""
     probe = conditions.detach().requires_grad_(True)
     with LiveMemory() as memory:
         out = run(probe)
         kept = memory.live - out.untyped_storage().nbytes()
         out.float().square().mean().backward()
-    pairs = len(probe)
+    pairs = passes or len(probe)
     return math.ceil(kept / pairs), math.ceil(max(memory.peak - kept, 0) / pairs)
 
 

@@ -102,6 +102,12 @@ class DCRSettings:
             identity=False,
         )
     )
+    encoder_gradient_checkpointing: bool = setting(
+        False,
+        "recompute each layer of the vision tower in backward (transformers' gradient checkpointing) in the "
+        "stages that train it: the tower keeps its layers' inputs only",
+        identity=False,
+    )
     reuse_prefix: bool = setting(
         True, "run the UNet's condition-independent prefix once per latent, not once per condition (exact)"
     )
@@ -438,6 +444,8 @@ class DCRMethod(Method):
         task = DCRTask(model, self.diffusion, self._task_config())
         lora = LoraSettings(r=dcr.lora_r, alpha=dcr.lora_alpha, dropout=dcr.lora_dropout, bias=dcr.lora_bias)
         trainable = prepare_stage(model, TRAINER_STAGES[stage], lora)
+        if dcr.encoder_gradient_checkpointing and stage != "stage1":
+            model.activation_checkpointing_enable({"use_reentrant": False})
         first = stage == "stage1"
         args = self.run.training_arguments(
             stage,
