@@ -248,7 +248,8 @@ def run(argv: list[str] | None = None) -> int:
         LazyModels(paths, lambda path: load_model(path, args.text_model, args.device)),
         data,
         CellCache(output, f"table{args.table}-{backbone}"),
-        {"text_model": args.text_model, "limit": args.limit, "seed": args.seed},
+        {"limit": args.limit, "seed": args.seed},
+        also={"text_model": args.text_model},
     )
     measured = TABLES[args.table](table, args)
     header = {

@@ -397,6 +397,8 @@ def run(argv: list[str] | None = None) -> int:
         data,
         CellCache(args.output_dir or f"runs/diffclip-table{args.table}", f"table{args.table}"),
         settings,
+        # the tokenizer of released checkpoint files (a folder has its own)
+        also={"tokenizer": args.tokenizer} if any(Path(p).is_file() for p in paths.values()) else {},
     )
     measured = TABLES[args.table](table, args)
     header = {
