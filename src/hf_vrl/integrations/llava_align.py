@@ -1,6 +1,6 @@
 """`hf-vrl llava-align`: relearn LLaVA's projector for a new vision tower (LLaVA's stage 1, with trl).
 
-    hf-vrl llava-align --llava llava-hf/llava-1.5-7b-hf --vision runs/diffclip/vision-tower \\
+    hf-vrl llava-align --llava llava-hf/llava-1.5-7b-hf --vision runs/diffclip/final \\
         --dataset cc3m:/data/cc3m --max-steps 2200 --output runs/llava-diffclip
 
 Stage 1 of LLaVA (feature alignment): the vision tower and the language model stay frozen and only
