@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,16 +30,37 @@ def _limit(value: str) -> int | None:
     return count
 
 
+def dataset_help() -> str:
+    """What --dataset takes, from the registry: its names, its prefixes, and each benchmark's layouts."""
+    from hf_vrl.data import registry
+    from hf_vrl.data.benchmarks import layouts_help
+
+    prefixes = ", ".join(f"{prefix}:<path>" for prefix in registry.PREFIXES)
+    return "\n".join(
+        [
+            f"--dataset names: {', '.join(registry.NAMED)}; or PREFIX:<path>, one of:",
+            textwrap.fill(prefixes, width=100, initial_indent="  ", subsequent_indent="  "),
+            "a bare path is recognised (a benchmark's annotated layout, shards, a save_to_disk folder, an",
+            "image folder). The benchmarks (<key>:<path>), each read from one of its published layouts:",
+            layouts_help(),
+        ]
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from hf_vrl.data.prompts import OPENAI_TEMPLATES
 
     parser = argparse.ArgumentParser(
         prog="hf-vrl eval",
-        description="Evaluate a CLIP-like model (CLIPModel, SiglipModel, DiffCLIP, ...) or a vision tower: "
-        "zero-shot classification, retrieval, clustering, linear probe, CLUE granularity metrics "
-        "(CDNV, NCC), RSA against a reference model and MMVP-VLM. Logs progress per task and rewrites "
-        "report.json as each task finishes; PNG figures at the end.",
-        epilog=f"example (after `make demo`): {evaluation.EXAMPLE}",
+        description=textwrap.fill(
+            "Evaluate a CLIP-like model (CLIPModel, SiglipModel, DiffCLIP, ...) or a vision tower: "
+            "zero-shot classification, retrieval, clustering, linear probe, CLUE granularity metrics "
+            "(CDNV, NCC), RSA against a reference model and MMVP-VLM. Logs progress per task and rewrites "
+            "report.json as each task finishes; PNG figures at the end.",
+            width=100,
+        ),
+        epilog=f"{dataset_help()}\n\nexample (after `make demo`): {evaluation.EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", required=True, help="local model directory, hub_configs preset or hub id")
     parser.add_argument(

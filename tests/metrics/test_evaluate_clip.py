@@ -593,6 +593,23 @@ def test_main_help_and_usage_errors(capsys, tmp_path):
         )
 
 
+def test_help_lists_every_dataset_name_prefix_and_layout_of_the_registry(capsys):
+    """`hf-vrl eval --help` lists the spellings --dataset takes and each benchmark's layouts, from the
+    registry itself."""
+    from hf_vrl.data import registry
+    from hf_vrl.data.benchmarks import BENCHMARKS
+    from hf_vrl.data.layouts import all_layouts
+
+    with pytest.raises(SystemExit):
+        eval_command.main(["--help"])
+    text = capsys.readouterr().out
+    assert all(name in text for name in registry.NAMED)
+    assert all(f"{prefix}:<path>" in text for prefix in registry.PREFIXES)
+    for key, benchmark in BENCHMARKS.items():
+        line = next(line for line in text.splitlines() if line.startswith(f"  {key}: "))
+        assert all(all_layouts()[name].description in line for name in benchmark.layouts), key
+
+
 def test_main_with_the_registry_shapes_world(clip_dir, tmp_path):
     out = tmp_path / "shapes"
     argv = ["--model", str(clip_dir), "--dataset", "shapes", "--limit", "24", "--image-size", "16"]
