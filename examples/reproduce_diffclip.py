@@ -81,6 +81,7 @@ from hf_vrl.paper_eval import (
     mmvp_row,
     paper_comparison,
     parse_labelled,
+    percent,
     ran_header,
     write_measured,
 )
@@ -203,8 +204,8 @@ def table2(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, R
     for name, key in RETRIEVAL_KEYS.items():
         if key in args.sets:
             for label, scores in _evaluate(table, args, key, "retrieval").items():
-                rows[label][f"image R@5 {name}"] = 100 * scores["t2i_R@5"]
-                rows[label][f"text R@5 {name}"] = 100 * scores["i2t_R@5"]
+                rows[label][f"image R@5 {name}"] = percent(scores, "t2i_R@5")
+                rows[label][f"text R@5 {name}"] = percent(scores, "i2t_R@5")
     if "imagenet" in args.sets:
         for label, scores in _evaluate(table, args, "imagenet", "zero_shot").items():
             rows[label]["zero-shot ImageNet"] = 100 * scores["top1"]
@@ -425,6 +426,8 @@ def run(argv: list[str] | None = None) -> int:
         print(paper_comparison(columns, paper_rows, rows, marked=marked, differs=differs))
     for note in data.notes():
         print(note)
+    for key, note in table.notes.items():
+        print(f"{key}: {note}")
     if args.table == "fig3":
         print(
             "(the paper gives Figure 3 as bars; its text: DiffCLIP "

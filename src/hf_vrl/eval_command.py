@@ -93,6 +93,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="linear-probe training images, a seeded subset of the train split, or 'all' "
         f"(default: {evaluation.DEFAULT_PROBE_TRAIN_LIMIT})",
     )
+    parser.add_argument(
+        "--probe-c",
+        type=float,
+        help="the linear probe's C (inverse L2 strength), instead of CLIP's sweep chosen on a validation "
+        "split of the train split (which a small copy may be too small for)",
+    )
     parser.add_argument("--image-size", type=int, help="resize images to this size when loading the dataset")
     parser.add_argument(
         "--tasks",
@@ -237,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         "split": args.split,
         "limit": args.limit,
         "train_limit": args.train_limit if train is not None else None,
+        "probe_c": args.probe_c if train is not None else None,
         "protocol": args.protocol,
         "seed": args.seed,
         "complete": False,
@@ -267,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             device=device,
             seed=args.seed,
+            probe_cs=None if args.probe_c is None else [args.probe_c],
             return_embeddings=True,
             on_task_end=write,
         )

@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 TASKS = ("zero_shot", "retrieval", "clustering", "linear_probe", "granularity", "rsa")
 DEFAULT_TASKS = ("zero_shot", "retrieval", "clustering", "linear_probe")
 TEXT_TASKS = ("zero_shot", "retrieval")
+RECALL_KS = (1, 5, 10)  # the recall@K retrieval reports (those K <= the candidates)
 LABEL_TASKS = ("zero_shot", "clustering", "linear_probe", "granularity")
 PROTOCOLS = ("clip_benchmark", "hf_vrl")
 DEFAULT_PROTOCOL = "clip_benchmark"
@@ -360,6 +361,7 @@ class _Run:
     batch_size: int
     seed: int
     class_names_source: str = "dataset"
+    probe_cs: Sequence[float] | None = None  # the probe's C values (None: CLIP's sweep, chosen on validation)
     zero_shot_labels: np.ndarray | None = None  # `labels` in the zero-shot classes (ImageNet-R / -A: 200)
     projection: list[tuple[int, ...]] | None = None  # per label, its classifier columns (ObjectNet)
 
@@ -437,14 +439,21 @@ def _retrieval(run: _Run) -> dict[str, Any]:
     captions = captions_per_image(run.dataset)
     group = clip_benchmark_texts if run.protocol == "clip_benchmark" else distinct_caption_texts
     texts, mapping = group(captions)
-    ks = [k for k in (1, 5, 10) if k <= min(len(texts), len(run.dataset))]
+    n = min(len(texts), len(run.dataset))
+    ks = [k for k in RECALL_KS if k <= n]
     embedded = run.texts(run.model, texts)
     if run.protocol == "clip_benchmark":
         owner = [image for image, own in enumerate(mapping) for _ in own]
         recall = metrics.cb_retrieval_recall(run.image, embedded, owner, ks, batch_size=run.batch_size)
     else:
         recall = metrics.retrieval_recall(run.image, embedded, ks, mapping)
-    return {**recall, "n_texts": len(texts), "protocol": run.protocol}
+    out = {**recall, "n_texts": len(texts), "protocol": run.protocol}
+    if len(ks) < len(RECALL_KS):  # R@K is every query's hit when K reaches the candidates: not reported
+        left_out = ", ".join(f"R@{k}" for k in RECALL_KS if k not in ks)
+        out["not_reported"] = (
+            f"{left_out}: {len(run.dataset)} images and {len(texts)} texts (K must not exceed them)"
+        )
+    return out
 
 
 def _clustering(run: _Run) -> dict[str, Any]:
@@ -456,7 +465,8 @@ def _linear_probe(run: _Run) -> dict[str, Any]:
     if train_labels is None:
         raise ValueError("train_dataset needs class labels >= 0 in a 'label' column for the linear probe")
     train = run.images(run.model, run.train_dataset)
-    return metrics.linear_probe(train, train_labels, run.image, run.labels, seed=run.seed)
+    cs = metrics.DEFAULT_CS if run.probe_cs is None else run.probe_cs
+    return metrics.linear_probe(train, train_labels, run.image, run.labels, Cs=cs, seed=run.seed)
 
 
 def _granularity(run: _Run) -> dict[str, Any]:
@@ -580,6 +590,7 @@ def evaluate_clip(
     batch_size: int = 64,
     device: str | torch.device | None = None,
     seed: int = 0,
+    probe_cs: Sequence[float] | None = None,
     return_embeddings: bool = False,
     on_task_end: Callable[[dict[str, Any]], None] | None = None,
     data: Mapping[str, Any] | None = None,
@@ -589,8 +600,9 @@ def evaluate_clip(
 
     `tasks` from TASKS: zero_shot and retrieval (by `protocol`, module docstring; zero-shot templates from
     `templates`, a list or an OpenAI set name, else the set of `dataset_name`, by default the dataset's
-    `info.dataset_name`), clustering, linear_probe (needs `train_dataset`), granularity (CLUE §3.1, needs
-    `fine_label`), rsa (against `reference_model`, DiVE App. D, which moves to the model's device). `mmvp`
+    `info.dataset_name`), clustering, linear_probe (needs `train_dataset`; C chosen from `probe_cs`, default
+    CLIP's sweep, on a validation split unless one is given), granularity (CLUE §3.1, needs `fine_label`),
+    rsa (against `reference_model`, DiVE App. D, which moves to the model's device). `mmvp`
     (a pairs dataset or an MMVP-VLM directory) adds the MMVP score. Image metrics use L2-normalised embeddings
     except the linear probe, which sees raw features as in CLIP. Inputs go to the model's device and dtype
     (`device` moves the model first). `on_task_end(report)` is called after each task with the report so far.
@@ -633,6 +645,7 @@ def evaluate_clip(
             protocol=protocol,
             batch_size=batch_size,
             seed=seed,
+            probe_cs=probe_cs,
         )
         report = _run_tasks(run, tasks, mmvp, on_task_end, data)
     finally:

@@ -59,6 +59,7 @@ __all__ = [
     "mmvp_row",
     "paper_comparison",
     "parse_labelled",
+    "percent",
     "ran_header",
     "write_measured",
 ]
@@ -91,6 +92,13 @@ def mmvp_row(score: Mapping[str, Any]) -> dict[str, float]:
     (the mean over patterns)."""
     row = {MMVP_SHORT_NAMES.get(name, name): 100 * value for name, value in score["per_category"].items()}
     return row | {"Avg": 100 * score["mean_category_accuracy"]}
+
+
+def percent(scores: Mapping[str, Any], metric: str) -> float | None:
+    """`scores[metric]` (a fraction) in percent; None where it was not reported (R@5 of fewer than 5
+    images: the cell's `not_reported` says so)."""
+    value = scores.get(metric)
+    return None if value is None else 100 * value
 
 
 def parse_labelled(specs: Sequence[str] | None, what: str) -> dict[str, str]:
@@ -322,6 +330,7 @@ class TableCells:
     cache: CellCache
     settings: Mapping[str, Any] = field(default_factory=dict)
     also: Mapping[str, str | None] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # {set: what its cells do not report, and why}
 
     def cell(self, label: str, key: str, compute: Callable, *args: Any) -> dict[str, Any]:
         """Model `label`'s values on set `key`: cached, or `compute((model, processor, tokenizer), *args)`.
@@ -334,7 +343,10 @@ class TableCells:
             "protocol": [f"{compute.__module__}.{compute.__qualname__}", *_plain(args)],
             **self.settings,
         }
-        return self.cache.cell(label, key, settings, lambda: compute(self.models[label], *args))
+        values = self.cache.cell(label, key, settings, lambda: compute(self.models[label], *args))
+        if "not_reported" in values:
+            self.notes[key] = values["not_reported"]
+        return values
 
     def _data_key(self, key: str) -> dict[str, Any]:
         """Set `key`'s counts and the fingerprints of its loaded splits' rows (paths, labels, texts)."""

@@ -201,6 +201,19 @@ def test_a_model_re_saved_in_place_is_scored_again(setup, tmp_path, capsys, monk
     assert json.loads(cell.read_text())["settings"]["model"]["sha256"] != made_by["sha256"]
 
 
+def test_retrieval_on_fewer_than_5_images_reports_the_recalls_that_exist(setup, tmp_path, capsys):
+    """A 3-image subset has no R@5: its cells are "-" and a line says which R@K are not reported and why
+    (no KeyError)."""
+    root, clip, _ = setup
+    argv = ["--table", "6", "--data-root", str(root), "--model", f"Original={clip}", "--allow-partial"]
+    argv += ["--sets", "flickr30k", "--limit", "3", "--output-dir", str(tmp_path)]
+    assert example("reproduce_dcr").main(argv) == 0
+    out = capsys.readouterr().out
+    cells = _rows(out.split("\n† ")[0])["Original"]
+    assert all(cell.endswith("/ -") for cell in cells)  # Table 6 on Flickr30k alone: its R@5 columns
+    assert "flickr30k: R@5, R@10: 3 images and 6 texts (K must not exceed them)" in out
+
+
 def test_a_hub_model_is_keyed_by_its_commit(tmp_path, monkeypatch):
     """A Hub id's cells are keyed by the snapshot commit loading it reads (a local Hub cache, offline)."""
     import huggingface_hub.constants
