@@ -632,7 +632,8 @@ def test_a_probe_on_a_small_copy_is_one_line_and_runs_with_a_given_c(clip_dir, t
     argv += ["--image-size", "16", "--tasks", "linear_probe", "--no-figures"]
     assert main([*argv, "--output-dir", str(tmp_path / "a")]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
-    assert len(err) == 1 and "linear probe: 3 training samples in 3 classes" in err[0] and "--probe-c" in err[0]
+    assert len(err) == 1 and "--probe-c" in err[0]
+    assert "linear probe: 3 training samples in 3 classes" in err[0]
     assert main([*argv, "--probe-c", "0.5", "--output-dir", str(tmp_path / "b")]) == 0
     report = json.loads((tmp_path / "b" / "report.json").read_text())
     assert report["probe_c"] == 0.5 and report["linear_probe"]["C"] == 0.5
