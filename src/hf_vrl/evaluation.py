@@ -36,7 +36,9 @@ from transformers.utils.logging import tqdm
 
 from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
+from hf_vrl.data.imagenet import OBJECTNET_BORDER, BorderCropped
 from hf_vrl.data.processors import load_image_processor
+from hf_vrl.data.prompts import imagenet_family
 from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.errors import UserError
 
@@ -364,6 +366,7 @@ class _Run:
     probe_cs: Sequence[float] | None = None  # the probe's C values (None: CLIP's sweep, chosen on validation)
     zero_shot_labels: np.ndarray | None = None  # `labels` in the zero-shot classes (ImageNet-R / -A: 200)
     projection: list[tuple[int, ...]] | None = None  # per label, its classifier columns (ObjectNet)
+    border: int = 0  # pixels cropped off every side of the set's images before preprocessing (ObjectNet)
 
     def texts(self, model: torch.nn.Module, texts: Sequence[str]) -> torch.Tensor:
         """Embeddings of `texts`, each distinct string embedded once (repeats get identical rows)."""
@@ -373,7 +376,8 @@ class _Run:
         return embeddings[rows]
 
     def images(self, model: torch.nn.Module, dataset: Any) -> torch.Tensor:
-        return encode_images(model, self.image_processor, dataset["image"], batch_size=self.batch_size)
+        images = BorderCropped(dataset["image"], self.border) if self.border else dataset["image"]
+        return encode_images(model, self.image_processor, images, batch_size=self.batch_size)
 
 
 def _skip_reason(task: str, run: _Run) -> str | None:
@@ -546,6 +550,8 @@ def _run_tasks(
     report: dict[str, Any] = {"n_samples": len(run.dataset), "embedding_dim": int(run.image.shape[1])}
     report["tasks"] = tasks
     report["n_classes"] = None if run.labels is None else int(np.unique(run.labels).size)
+    if run.border:
+        report["border_crop"] = run.border  # ObjectNet's images, as FLYP / WiSE-FT score them
     report["skipped"] = skipped = {}
     jobs = [(task, _TASK_FNS[task]) for task in tasks]
     if mmvp is not None:
@@ -591,6 +597,7 @@ def evaluate_clip(
     device: str | torch.device | None = None,
     seed: int = 0,
     probe_cs: Sequence[float] | None = None,
+    objectnet_border: int = OBJECTNET_BORDER,
     return_embeddings: bool = False,
     on_task_end: Callable[[dict[str, Any]], None] | None = None,
     data: Mapping[str, Any] | None = None,
@@ -606,7 +613,8 @@ def evaluate_clip(
     (a pairs dataset or an MMVP-VLM directory) adds the MMVP score. Image metrics use L2-normalised embeddings
     except the linear probe, which sees raw features as in CLIP. Inputs go to the model's device and dtype
     (`device` moves the model first). `on_task_end(report)` is called after each task with the report so far.
-    `data` (`data_record` of `dataset`) is recorded in each task's section as `"data"`.
+    `data` (`data_record` of `dataset`) is recorded in each task's section as `"data"`. ObjectNet's images
+    lose `objectnet_border` pixels on every side (`scored_images`; the report's `border_crop`).
     With `return_embeddings`, also returns {"image", "labels", "class_names"} for figures.
     """
     from hf_vrl.data.schema import class_names_of
@@ -623,7 +631,9 @@ def evaluate_clip(
     model.eval()
     try:
         logger.info("embedding %d images", len(dataset))
-        image = encode_images(model, image_processor, dataset["image"], batch_size=batch_size)
+        images = scored_images(dataset["image"], dataset_name, objectnet_border)
+        border = images.pixels if isinstance(images, BorderCropped) else 0
+        image = encode_images(model, image_processor, images, batch_size=batch_size)
         labels = _labels(dataset)
         zero_shot_labels, class_names, names_source, projection = imagenet_classes(
             dataset_name, labels, class_names_of(dataset)
@@ -646,6 +656,7 @@ def evaluate_clip(
             batch_size=batch_size,
             seed=seed,
             probe_cs=probe_cs,
+            border=border,
         )
         report = _run_tasks(run, tasks, mmvp, on_task_end, data)
     finally:
@@ -662,6 +673,15 @@ def report_percent(report: Mapping[str, Any], path: tuple[str, str]) -> str:
     """`report[task][metric]` (a fraction) as a percent with one decimal, "-" where the report lacks it."""
     value = report.get(path[0], {}).get(path[1])
     return "-" if value is None else f"{100 * value:.1f}"
+
+
+def scored_images(images: Sequence[Any], dataset_name: str | None, objectnet_border: int = OBJECTNET_BORDER):
+    """The images set `dataset_name` is scored on: ObjectNet's without `objectnet_border` pixels on every
+    side (FLYP / WiSE-FT's crop, `hf_vrl.data.imagenet.border_crop`), any other set's as read. The one place
+    the crop is applied: `evaluate_clip` (hf-vrl eval, the reproduce scripts) and DiVE's `classify`."""
+    if imagenet_family(dataset_name) == "objectnet" and objectnet_border > 0:
+        return BorderCropped(images, objectnet_border)
+    return images
 
 
 def text_table(rows: Sequence[Sequence[str]], left_columns: int = 0) -> str:

@@ -640,6 +640,31 @@ def test_a_probe_on_a_small_copy_is_one_line_and_runs_with_a_given_c(clip_dir, t
     assert report["linear_probe"]["val_accuracies"] == {}
 
 
+def test_hf_vrl_eval_scores_objectnet_without_its_border_as_dive_does(clip_dir, tmp_path, monkeypatch):
+    """The 2-pixel border crop of FLYP / WiSE-FT (and DiVE's evaluation) belongs to ObjectNet's evaluation:
+    `hf-vrl eval --dataset objectnet:<folder>` embeds the cropped images and its report says so."""
+    from PIL import Image
+
+    images = tmp_path / "objectnet-1.0" / "images"
+    for i, folder in enumerate(("alarm_clock", "banana", "alarm_clock")):
+        (images / folder).mkdir(parents=True, exist_ok=True)
+        image = Image.new("RGB", (20, 20), (200, 10 * i, 0))
+        image.paste((0, 0, 255), (2, 2, 18, 18))
+        image.save(images / folder / f"{i}.png")
+    seen, encode_images = [], evaluation.encode_images
+
+    def spy(model, processor, column, **kwargs):
+        seen.extend(column[0 : len(column)])
+        return encode_images(model, processor, column, **kwargs)
+
+    monkeypatch.setattr(evaluation, "encode_images", spy)
+    argv = ["--model", str(clip_dir), "--dataset", f"objectnet:{tmp_path}", "--allow-partial", "--no-figures"]
+    assert eval_command.main([*argv, "--tasks", "clustering", "--output-dir", str(tmp_path / "out")]) == 0
+    assert [im.size for im in seen] == [(16, 16)] * 3
+    assert all(im.getcolors() == [(256, (0, 0, 255))] for im in seen)
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["border_crop"] == 2
+
+
 def test_main_with_the_registry_shapes_world(clip_dir, tmp_path):
     out = tmp_path / "shapes"
     argv = ["--model", str(clip_dir), "--dataset", "shapes", "--limit", "24", "--image-size", "16"]

@@ -15,15 +15,18 @@ names, `hf_vrl.data.prompts`; the counts: `hf_vrl.data.benchmarks`).
   given.
 - ObjectNet 1.0 (`objectnet-1.0/images/<folder>/`): only the 113 folders FLYP / WiSE-FT map to ImageNet
   classes are read (`OBJECTNET_FOLDER_TO_IMAGENET`), labelled by folder name in sorted order, as they score
-  them; the folder names stay as published ("alarm_clock").
+  them; the folder names stay as published ("alarm_clock"). Its images are scored without a 2-pixel border
+  (`OBJECTNET_BORDER`, `border_crop`: FLYP / WiSE-FT's objectnet.py crop, which DiVE's evaluation follows),
+  applied where any command embeds them (`hf_vrl.evaluation.scored_images`).
 """
 
 from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from datasets import Dataset
 
@@ -175,6 +178,29 @@ def _read_imagenetv2(folder: Path, split: str, benchmark: Benchmark) -> Dataset:
             "imagenetv2-matched-frequency-format-val/ (imagenetv2-matched-frequency.tar.gz)"
         )
     return _labelled_folders(_label_id_folders(folder), benchmark)
+
+
+OBJECTNET_BORDER = 2  # pixels FLYP / WiSE-FT's objectnet.py crop off every side before preprocessing
+
+
+def border_crop(image: Any, pixels: int) -> Any:
+    """`image` without `pixels` on every side (WiSE-FT's ObjectNet `crop`: `(2, 2, w - 2, h - 2)`)."""
+    return image if pixels <= 0 else image.crop((pixels, pixels, image.width - pixels, image.height - pixels))
+
+
+class BorderCropped(Sequence):
+    """A lazy view of an image column with `border_crop` applied to what is read (ObjectNet)."""
+
+    def __init__(self, images: Any, pixels: int) -> None:
+        self.images, self.pixels = images, pixels
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [border_crop(im, self.pixels) for im in self.images[index]]
+        return border_crop(self.images[index], self.pixels)
 
 
 def _objectnet_images(root: Path) -> Path | None:
