@@ -413,6 +413,9 @@ def test_clue_with_a_vit_returns_the_hidden_states_asked_for():
 def test_clue_gradient_checkpointing_and_input_embeddings_are_its_backbones():
     vit, resnet = CASES["clue-vit"].build(), CASES["clue-resnet"].build()
     assert vit.supports_gradient_checkpointing and not resnet.supports_gradient_checkpointing
+    # what transformers' common tests read (`model_class.supports_gradient_checkpointing`): False on the class
+    # would skip CLUEModel's checkpointing tests, passing them untested
+    assert CLUEModel.supports_gradient_checkpointing is True
     assert vit.get_input_embeddings() is vit.backbone.get_input_embeddings()
     assert resnet.get_input_embeddings() is resnet.backbone.embedder.embedder
     assert {*ViTModel._no_split_modules, *ResNetModel._no_split_modules} <= set(CLUEModel._no_split_modules)
