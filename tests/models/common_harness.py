@@ -4,8 +4,8 @@ ViT tester sizes) and the same inputs for both members of a pair.
 
 Each family runs as transformers' own suite runs its baseline (tests/models/<family>/test_modeling_<family>.py
 of CLIP, ViT, ResNet): the tester's sizes (ViT's `num_masks` / `mask_length`), CLIPModel's
-`additional_model_inputs`, and the overrides and skips those suites make (`CLIPModelSuite`, `TextTowerSuite`,
-`VisionTowerSuite`, `ResNetSuite`), the same for both members of a pair.
+`additional_model_inputs`, and the overrides and skips those suites make (`CLIPModelSuite`, `NoInputsEmbeds`,
+`PatchEmbeddings`, `CLIPTowerTraining`, `ResNetSuite`), the same for both members of a pair.
 
 A test that passes without building the class under test (a `continue` for a base model, a class that says it
 lacks a feature) tested nothing: each test's record (`HARNESS_RECORD`, a JSON-lines file) says whether it
@@ -158,23 +158,19 @@ def _case(model_class: type, config: Callable, inputs: Callable, sizes: dict, **
     return type(name, bases, body)
 
 
-class TextTowerSuite:
-    """What transformers' CLIPTextModelTest overrides: no inputs_embeds."""
+class NoInputsEmbeds:
+    """transformers' CLIP and ViT suites: the towers take no inputs_embeds."""
 
-    @unittest.skip(reason="CLIP does not use inputs_embeds")
+    @unittest.skip(reason="the tower does not use inputs_embeds (transformers' CLIP / ViT suites)")
     def test_inputs_embeds(self):
         pass
 
 
-class VisionTowerSuite:
-    """What transformers' CLIPVisionModelTest / ViTModelTest override: no inputs_embeds, and input embeddings
-    that are a module (a patch embedding, not an nn.Embedding), no token embeddings to resize."""
+class PatchEmbeddings:
+    """transformers' CLIPVisionModelTest / ViTModelTest: input embeddings that are a module (a patch
+    embedding, not an nn.Embedding), no token embeddings to resize."""
 
     test_resize_embeddings = False
-
-    @unittest.skip(reason="the vision tower does not use inputs_embeds")
-    def test_inputs_embeds(self):
-        pass
 
     def test_model_get_set_embeddings(self):
         config, _ = self.model_tester.prepare_config_and_inputs_for_common()
@@ -183,6 +179,26 @@ class VisionTowerSuite:
             self.assertIsInstance(model.get_input_embeddings(), nn.Module)
             output = model.get_output_embeddings()
             self.assertTrue(output is None or isinstance(output, nn.Linear))
+
+
+class CLIPTowerTraining:
+    """transformers' CLIPVisionModelTest / CLIPTextModelTest skip the training tests: a tower has no loss."""
+
+    @unittest.skip(reason="a CLIP tower has no loss to train (transformers' CLIP suites skip it)")
+    def test_training(self):
+        pass
+
+    @unittest.skip(reason="a CLIP tower has no loss to train (transformers' CLIP suites skip it)")
+    def test_training_gradient_checkpointing(self):
+        pass
+
+    @unittest.skip(reason="a CLIP tower has no loss to train (transformers' CLIP suites skip it)")
+    def test_training_gradient_checkpointing_use_reentrant_false(self):
+        pass
+
+    @unittest.skip(reason="a CLIP tower has no loss to train (transformers' CLIP suites skip it)")
+    def test_training_gradient_checkpointing_use_reentrant_true(self):
+        pass
 
 
 class ResNetSuite:
@@ -252,7 +268,9 @@ TEXT_SIZES = dict(
     batch_size=TEXT_BATCH, seq_length=SEQ_LENGTH, hidden_size=32, num_hidden_layers=2, num_attention_heads=4
 )
 DUAL = dict(_is_composite=True, test_resize_embeddings=False, suites=(CLIPModelSuite,))
-TEXT_TOWER, VISION_TOWER = dict(suites=(TextTowerSuite,)), dict(suites=(VisionTowerSuite,))
+TEXT_TOWER = dict(suites=(NoInputsEmbeds, CLIPTowerTraining))
+VISION_TOWER = dict(suites=(NoInputsEmbeds, PatchEmbeddings, CLIPTowerTraining))
+VIT_TOWER = dict(suites=(NoInputsEmbeds, PatchEmbeddings))
 # transformers' switch for models whose image features are no sequence: the common test checks
 # last_hidden_state's width against a hidden-size field ResNetConfig does not have (it has hidden_sizes)
 CONVOLUTIONAL = dict(has_attentions=False, skip_test_image_features_output_shape=True)
@@ -377,14 +395,14 @@ PAIRS = {
             lambda: _pixels(VIT_BATCH, VIT["image_size"]),
             VIT_SIZES,
             suffix="ViT",
-            **VISION_TOWER,
+            **VIT_TOWER,
         ),
         _case(
             ViTModel,
             lambda: ViTConfig(**VIT),
             lambda: _pixels(VIT_BATCH, VIT["image_size"]),
             VIT_SIZES,
-            **VISION_TOWER,
+            **VIT_TOWER,
         ),
     ),
 }

@@ -25,6 +25,8 @@ import pytest
 import transformers
 from transformers_tests import common_tests_path
 
+import hf_vrl
+
 HARNESS = Path(__file__).with_name("common_harness.py")
 PAIRS = """
 import json
@@ -37,8 +39,10 @@ print(json.dumps(names))
 def run_child(
     command: list[str], check: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """`command` from the repository root, with transformers' common tests and the harness importable."""
-    path = os.pathsep.join([str(common_tests_path(transformers.__version__)), str(HARNESS.parent)])
+    """`command` from the repository root, with transformers' common tests, the harness and the hf_vrl this
+    process imports importable."""
+    tests = common_tests_path(transformers.__version__)
+    path = os.pathsep.join(map(str, [tests, HARNESS.parent, Path(hf_vrl.__file__).parents[1]]))
     env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     done = subprocess.run(
         command, cwd=HARNESS.parents[2], env=env, capture_output=True, text=True, timeout=3000
