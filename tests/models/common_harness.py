@@ -23,6 +23,7 @@ import unittest
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 from transformers import (
     AutoModel,
@@ -215,6 +216,16 @@ class ResNetSuite:
     def test_model_get_set_embeddings(self):
         pass
 
+    def test_hidden_states_output(self):
+        """ResNetModelTest's: the stem's feature map and one per stage, the stem's a quarter of the image."""
+        config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            model = model_class(config).eval()
+            with torch.no_grad():
+                hidden = model(**inputs, output_hidden_states=True).hidden_states
+            self.assertEqual(len(hidden), self.model_tester.num_stages + 1)
+            self.assertListEqual(list(hidden[0].shape[-2:]), [self.model_tester.image_size // 4] * 2)
+
 
 class CLIPModelSuite:
     """What transformers' CLIPModelTest gives a dual encoder: pixel_values beside the main input (input_ids)
@@ -281,6 +292,14 @@ DIFFERENTIAL = {"num_attention_heads": VISION["num_attention_heads"] // 2}
 
 def _dual_inputs() -> dict[str, Any]:
     return {**_text(VISION_BATCH), **_pixels(VISION_BATCH, VISION["image_size"]), "return_loss": False}
+
+
+# ResNetModelTester's num_stages; expected_num_hidden_layers (the stem's feature map and one per stage): what
+# the mixin's image-feature tests read where a tester has no num_hidden_layers
+_stages = len(RESNET["hidden_sizes"])
+RESNET_SIZES = dict(
+    batch_size=RESNET_BATCH, image_size=32, num_stages=_stages, expected_num_hidden_layers=_stages + 1
+)
 
 
 def _clue(backbone: Any) -> Callable[[], CLUEConfig]:
@@ -374,7 +393,7 @@ PAIRS = {
             CLUEModel,
             _clue(lambda: ResNetConfig(**RESNET)),
             lambda: _pixels(RESNET_BATCH, 32),
-            dict(batch_size=RESNET_BATCH, image_size=32, num_hidden_layers=4),
+            RESNET_SIZES,
             suffix="ResNet",
             **CONVOLUTIONAL,
             suites=(ResNetSuite,),
@@ -383,7 +402,7 @@ PAIRS = {
             ResNetModel,
             lambda: ResNetConfig(**RESNET),
             lambda: _pixels(RESNET_BATCH, 32),
-            dict(batch_size=RESNET_BATCH, image_size=32, num_hidden_layers=4),
+            RESNET_SIZES,
             **CONVOLUTIONAL,
             suites=(ResNetSuite,),
         ),
