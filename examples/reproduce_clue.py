@@ -9,9 +9,11 @@ top-1, image retrieval Rank-1 / Rank-5, %; mean over the seeds).
     python examples/reproduce_clue.py --data-root embedded --table 2 --max-steps 30   # the pipeline on the
                                                     # embedded toy data (clue-tiny): not the paper's numbers
 
---data-root holds the datasets as their publishers ship them (listed at the end of --help): CUB_200_2011/ (the
-extracted CUB_200_2011.tgz), stanford_cars/ (the devkit's .mat files beside cars_train/ and cars_test/, or
-{train,test}/<class name>/) and fgvc-aircraft-2013b/ (the archive); Aircraft and Cars keep their label
+--data-root holds one folder per dataset named by its benchmark key, as the other reproduce scripts read it:
+cub/ (the extracted CUB_200_2011.tgz), cars/ (the devkit's .mat files beside cars_train/ and cars_test/, or
+{train,test}/<class name>/) and aircraft/ (the archive), each in its publisher's layout (listed at the end of
+--help); the publishers' own folder names (CUB_200_2011/, stanford_cars/, fgvc-aircraft-2013b/) are read
+where the key's folder is absent. Aircraft and Cars keep their label
 hierarchies (`hf_vrl.data.fine_grained`: label the family / make, fine_label the 100 variants / 196 models the
 probe and retrieval score), so the granularity metrics are measured there too. Both splits are counted against
 the official numbers before the first run; a partial copy is refused, or trained on with --allow-partial and
@@ -36,8 +38,9 @@ from hf_vrl.methods.clue.miniature import run_ladder
 from hf_vrl.methods.clue.paper import DATASETS, PAPER_TABLES, TABLE_ROWS
 from hf_vrl.paper_eval import PARTIAL, data_help, main_with_user_errors, ran_header
 
-FOLDERS = {"CUB200": "CUB_200_2011", "Cars": "stanford_cars", "Aircraft": "fgvc-aircraft-2013b"}
 PREFIXES = {"CUB200": "cub", "Cars": "cars", "Aircraft": "aircraft"}  # the registry's hierarchy names
+# the publishers' folder names, read where <data-root>/<key>/ is absent
+FOLDERS = {"CUB200": "CUB_200_2011", "Cars": "stanford_cars", "Aircraft": "fgvc-aircraft-2013b"}
 MEASURED = {
     "top1": ("linear_probe", "top1"),
     "R@1": ("retrieval", "i2i_R@1"),
@@ -46,10 +49,20 @@ MEASURED = {
 
 
 def data_spec(root: str, dataset: str) -> str:
-    """The registry name of `dataset` under `root` ("shapes" for the embedded data)."""
+    """The registry name of `dataset` under `root` ("shapes" for the embedded data): `<root>/<key>/`, else the
+    publisher's folder name under `root`."""
     if root == "embedded":
         return "shapes"
-    return f"{PREFIXES[dataset]}:{Path(root).expanduser() / FOLDERS[dataset]}"
+    key = PREFIXES[dataset]
+    folder = next(
+        (f for f in (Path(root).expanduser() / n for n in (key, FOLDERS[dataset])) if f.is_dir()),
+        None,
+    )
+    if folder is None:
+        raise UserError(
+            f"{Path(root) / key} is missing: put {dataset} there (or in {root}/{FOLDERS[dataset]}/)"
+        )
+    return f"{key}:{folder}"
 
 
 def _value(text: str) -> Any:
@@ -109,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__,
         epilog=data_help(
             ["cub", "cars", "aircraft"],
-            "--data-root DIR holds CUB_200_2011/, stanford_cars/ and fgvc-aircraft-2013b/, as published:",
+            "--data-root DIR holds cub/, cars/ and aircraft/ (or CUB_200_2011/, stanford_cars/,"
+            " fgvc-aircraft-2013b/), each as published:",
             only=("cub", "cars-devkit", "cars-folders", "fgvc-aircraft"),
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -65,6 +65,7 @@ from hf_vrl.paper_eval import (
     mmvp_row,
     paper_comparison,
     parse_labelled,
+    percent,
     ran_header,
     write_measured,
 )
@@ -159,7 +160,7 @@ def table6(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, f
     )
 
     def recall(name: str, scores: dict[str, float]) -> dict[str, float]:
-        return {f"Image@5 {name}": 100 * scores["t2i_R@5"], f"Text@5 {name}": 100 * scores["i2t_R@5"]}
+        return {f"Image@5 {name}": percent(scores, "t2i_R@5"), f"Text@5 {name}": percent(scores, "i2t_R@5")}
 
     for label, row in _per_set(table, args, RETRIEVAL_KEYS, "retrieval", recall).items():
         out[label] |= row
@@ -251,7 +252,8 @@ def run(argv: list[str] | None = None) -> int:
         LazyModels(paths, lambda path: load_model(path, args.text_model, args.device)),
         data,
         CellCache(output, f"table{args.table}-{backbone}"),
-        {"text_model": args.text_model, "limit": args.limit, "seed": args.seed},
+        {"limit": args.limit, "seed": args.seed},
+        also={"text_model": args.text_model},
     )
     measured = TABLES[args.table](table, args)
     header = {
@@ -267,6 +269,8 @@ def run(argv: list[str] | None = None) -> int:
     print(paper_comparison(paper.columns, paper.rows, measured, digits=digits, marked=marked))
     for note in data.notes():
         print(note)
+    for key, note in table.notes.items():
+        print(f"{key}: {note}")
     record = {"table": args.table, "backbone": backbone, "measured": measured}
     return write_measured(args.output, record, data)
 

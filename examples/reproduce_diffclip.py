@@ -83,6 +83,7 @@ from hf_vrl.paper_eval import (
     mmvp_row,
     paper_comparison,
     parse_labelled,
+    percent,
     ran_header,
     write_measured,
 )
@@ -206,8 +207,8 @@ def table2(table: TableCells, args: argparse.Namespace) -> dict[str, dict[str, R
     for name, key in RETRIEVAL_KEYS.items():
         if key in args.sets:
             for label, scores in _evaluate(table, args, key, "retrieval").items():
-                rows[label][f"image R@5 {name}"] = 100 * scores["t2i_R@5"]
-                rows[label][f"text R@5 {name}"] = 100 * scores["i2t_R@5"]
+                rows[label][f"image R@5 {name}"] = percent(scores, "t2i_R@5")
+                rows[label][f"text R@5 {name}"] = percent(scores, "i2t_R@5")
     if "imagenet" in args.sets:
         for label, scores in _evaluate(table, args, "imagenet", "zero_shot").items():
             rows[label]["zero-shot ImageNet"] = 100 * scores["top1"]
@@ -400,6 +401,8 @@ def run(argv: list[str] | None = None) -> int:
         data,
         CellCache(args.output_dir or f"runs/diffclip-table{args.table}", f"table{args.table}"),
         settings,
+        # the tokenizer of released checkpoint files (a folder has its own)
+        also={"tokenizer": args.tokenizer} if any(Path(p).is_file() for p in paths.values()) else {},
     )
     measured = TABLES[args.table](table, args)
     header = {
@@ -426,6 +429,8 @@ def run(argv: list[str] | None = None) -> int:
         print(paper_comparison(columns, paper_rows, rows, marked=marked, differs=differs))
     for note in data.notes():
         print(note)
+    for key, note in table.notes.items():
+        print(f"{key}: {note}")
     if args.table == "fig3":
         print(
             "(the paper gives Figure 3 as bars; its text: DiffCLIP "

@@ -3,8 +3,10 @@ command that prints transformers' torchvision fallback warning, and every flag i
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from hf_vrl.run.parser import dashed_flags
 
 HELP_IMPORTS = """
 import sys
+from pathlib import Path
 from hf_vrl.cli import main
 main(["--help"])
 print("HEAVY", sorted(m for m in ("torch", "transformers", "hf_vrl.methods") if m in sys.modules))
@@ -122,3 +125,43 @@ def test_convert_names_the_tokenizer_argument(tmp_path, capsys):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 2 and err[0].startswith("hf-vrl: error: --tokenizer /no/tok:")
+
+
+ROOT = Path(__file__).parents[1]
+MODEL_FLAG = re.compile(
+    r"""(--vision|--model|--pretrained|--text-model|load_vision_tower\()"""
+    r"""[ ="']+(?:[\w ()-]+=)?(runs/[\w./-]*\w)"""
+)
+TOWER_FLAGS = ("--vision", "load_vision_tower(")
+
+
+def _documents() -> list[Path]:
+    return [
+        ROOT / "README.md",
+        *sorted((ROOT / "examples").glob("*.py")),
+        *sorted((ROOT / "src").rglob("*.py")),
+    ]
+
+
+def _written_model_folders() -> set[str]:
+    """What a run folder holds that a model flag can load: final/ and each exports/<name>/ a method writes."""
+    exports = set()
+    for source in (ROOT / "src" / "hf_vrl" / "methods").rglob("*.py"):
+        exports |= set(re.findall(r"""\.exports\s*/\s*"([\w-]+)\"""", source.read_text()))
+    return {"final"} | {f"exports/{name}" for name in exports}
+
+
+def test_documented_model_paths_are_the_folders_runs_write():
+    """`--vision runs/dcr/vision-tower` names no folder (runs write exports/vision-tower); a run folder is no
+    tower: each model path in the README, examples and docstrings is a run's final/ or exports/<name>/ (or
+    a folder a LLaVA command wrote)."""
+    folders, wrong = _written_model_folders(), []
+    assert "exports/vision-tower" in folders
+    for document in _documents():
+        for flag, path in MODEL_FLAG.findall(document.read_text()):
+            in_a_run = any(path.endswith(f"/{folder}") for folder in folders)
+            if not in_a_run and (
+                flag in TOWER_FLAGS or path.count("/") > 1
+            ):  # a bare runs/<x>: a LLaVA folder
+                wrong.append(f"{document.relative_to(ROOT)}: {flag} {path}")
+    assert not wrong

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,16 +30,37 @@ def _limit(value: str) -> int | None:
     return count
 
 
+def dataset_help() -> str:
+    """What --dataset takes, from the registry: its names, its prefixes, and each benchmark's layouts."""
+    from hf_vrl.data import registry
+    from hf_vrl.data.layouts import layouts_help
+
+    prefixes = ", ".join(f"{prefix}:<path>" for prefix in registry.PREFIXES)
+    return "\n".join(
+        [
+            f"--dataset names: {', '.join(registry.NAMED)}; or PREFIX:<path>, one of:",
+            textwrap.fill(prefixes, width=100, initial_indent="  ", subsequent_indent="  "),
+            "a bare path is recognised (a benchmark's annotated layout, shards, a save_to_disk folder, an",
+            "image folder). The benchmarks (<key>:<path>), each read from one of its published layouts:",
+            layouts_help(),
+        ]
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from hf_vrl.data.prompts import OPENAI_TEMPLATES
 
     parser = argparse.ArgumentParser(
         prog="hf-vrl eval",
-        description="Evaluate a CLIP-like model (CLIPModel, SiglipModel, DiffCLIP, ...) or a vision tower: "
-        "zero-shot classification, retrieval, clustering, linear probe, CLUE granularity metrics "
-        "(CDNV, NCC), RSA against a reference model and MMVP-VLM. Logs progress per task and rewrites "
-        "report.json as each task finishes; PNG figures at the end.",
-        epilog=f"example (after `make demo`): {evaluation.EXAMPLE}",
+        description=textwrap.fill(
+            "Evaluate a CLIP-like model (CLIPModel, SiglipModel, DiffCLIP, ...) or a vision tower: "
+            "zero-shot classification, retrieval, clustering, linear probe, CLUE granularity metrics "
+            "(CDNV, NCC), RSA against a reference model and MMVP-VLM. Logs progress per task and rewrites "
+            "report.json as each task finishes; PNG figures at the end.",
+            width=100,
+        ),
+        epilog=f"{dataset_help()}\n\nexample (after `make demo`): {evaluation.EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", required=True, help="local model directory, hub_configs preset or hub id")
     parser.add_argument(
@@ -72,6 +94,12 @@ def _build_parser() -> argparse.ArgumentParser:
         default=evaluation.DEFAULT_PROBE_TRAIN_LIMIT,
         help="linear-probe training images, a seeded subset of the train split, or 'all' "
         f"(default: {evaluation.DEFAULT_PROBE_TRAIN_LIMIT})",
+    )
+    parser.add_argument(
+        "--probe-c",
+        type=float,
+        help="the linear probe's C (inverse L2 strength), instead of CLIP's sweep chosen on a validation "
+        "split of the train split (which a small copy may be too small for)",
     )
     parser.add_argument("--image-size", type=int, help="resize images to this size when loading the dataset")
     parser.add_argument(
@@ -221,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "split": args.split,
         "limit": args.limit,
         "train_limit": args.train_limit if train is not None else None,
+        "probe_c": args.probe_c if train is not None else None,
         "protocol": args.protocol,
         "seed": args.seed,
         "complete": False,
@@ -252,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             device=device,
             seed=args.seed,
+            probe_cs=None if args.probe_c is None else [args.probe_c],
             return_embeddings=True,
             on_task_end=write,
         )

@@ -37,8 +37,10 @@ from transformers.utils.logging import tqdm
 
 from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
+from hf_vrl.data.imagenet import OBJECTNET_BORDER, BorderCropped
 from hf_vrl.data.processors import load_image_processor
 from hf_vrl.data.registry import how_drawn, text_source
+from hf_vrl.data.prompts import imagenet_family
 from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.errors import UserError
 
@@ -47,6 +49,7 @@ logger = logging.getLogger(__name__)
 TASKS = ("zero_shot", "retrieval", "clustering", "linear_probe", "granularity", "rsa")
 DEFAULT_TASKS = ("zero_shot", "retrieval", "clustering", "linear_probe")
 TEXT_TASKS = ("zero_shot", "retrieval")
+RECALL_KS = (1, 5, 10)  # the recall@K retrieval reports (those K <= the candidates)
 LABEL_TASKS = ("zero_shot", "clustering", "linear_probe", "granularity")
 PROTOCOLS = ("clip_benchmark", "hf_vrl")
 DEFAULT_PROTOCOL = "clip_benchmark"
@@ -371,8 +374,10 @@ class _Run:
     batch_size: int
     seed: int
     class_names_source: str = "dataset"
+    probe_cs: Sequence[float] | None = None  # the probe's C values (None: CLIP's sweep, chosen on validation)
     zero_shot_labels: np.ndarray | None = None  # `labels` in the zero-shot classes (ImageNet-R / -A: 200)
     projection: list[tuple[int, ...]] | None = None  # per label, its classifier columns (ObjectNet)
+    border: int = 0  # pixels cropped off every side of the set's images before preprocessing (ObjectNet)
 
     def texts(self, model: torch.nn.Module, texts: Sequence[str]) -> torch.Tensor:
         """Embeddings of `texts`, each distinct string embedded once (repeats get identical rows)."""
@@ -382,7 +387,8 @@ class _Run:
         return embeddings[rows]
 
     def images(self, model: torch.nn.Module, dataset: Any) -> torch.Tensor:
-        return encode_images(model, self.image_processor, dataset["image"], batch_size=self.batch_size)
+        images = BorderCropped(dataset["image"], self.border) if self.border else dataset["image"]
+        return encode_images(model, self.image_processor, images, batch_size=self.batch_size)
 
 
 def _skip_reason(task: str, run: _Run) -> str | None:
@@ -448,14 +454,21 @@ def _retrieval(run: _Run) -> dict[str, Any]:
     captions = captions_per_image(run.dataset)
     group = clip_benchmark_texts if run.protocol == "clip_benchmark" else distinct_caption_texts
     texts, mapping = group(captions)
-    ks = [k for k in (1, 5, 10) if k <= min(len(texts), len(run.dataset))]
+    n = min(len(texts), len(run.dataset))
+    ks = [k for k in RECALL_KS if k <= n]
     embedded = run.texts(run.model, texts)
     if run.protocol == "clip_benchmark":
         owner = [image for image, own in enumerate(mapping) for _ in own]
         recall = metrics.cb_retrieval_recall(run.image, embedded, owner, ks, batch_size=run.batch_size)
     else:
         recall = metrics.retrieval_recall(run.image, embedded, ks, mapping)
-    return {**recall, "n_texts": len(texts), "protocol": run.protocol}
+    out = {**recall, "n_texts": len(texts), "protocol": run.protocol}
+    if len(ks) < len(RECALL_KS):  # R@K is every query's hit when K reaches the candidates: not reported
+        left_out = ", ".join(f"R@{k}" for k in RECALL_KS if k not in ks)
+        out["not_reported"] = (
+            f"{left_out}: {len(run.dataset)} images and {len(texts)} texts (K must not exceed them)"
+        )
+    return out
 
 
 def _clustering(run: _Run) -> dict[str, Any]:
@@ -467,7 +480,8 @@ def _linear_probe(run: _Run) -> dict[str, Any]:
     if train_labels is None:
         raise ValueError("train_dataset needs class labels >= 0 in a 'label' column for the linear probe")
     train = run.images(run.model, run.train_dataset)
-    return metrics.linear_probe(train, train_labels, run.image, run.labels, seed=run.seed)
+    cs = metrics.DEFAULT_CS if run.probe_cs is None else run.probe_cs
+    return metrics.linear_probe(train, train_labels, run.image, run.labels, Cs=cs, seed=run.seed)
 
 
 def _granularity(run: _Run) -> dict[str, Any]:
@@ -552,6 +566,8 @@ def _run_tasks(
     report: dict[str, Any] = {"n_samples": len(run.dataset), "embedding_dim": int(run.image.shape[1])}
     report["tasks"] = tasks
     report["n_classes"] = None if run.labels is None else int(np.unique(run.labels).size)
+    if run.border:
+        report["border_crop"] = run.border  # ObjectNet's images, as FLYP / WiSE-FT score them
     report["skipped"] = skipped = {}
     jobs = [(task, _TASK_FNS[task]) for task in tasks]
     if mmvp is not None:
@@ -596,6 +612,8 @@ def evaluate_clip(
     batch_size: int = 64,
     device: str | torch.device | None = None,
     seed: int = 0,
+    probe_cs: Sequence[float] | None = None,
+    objectnet_border: int = OBJECTNET_BORDER,
     return_embeddings: bool = False,
     on_task_end: Callable[[dict[str, Any]], None] | None = None,
     data: Mapping[str, Any] | None = None,
@@ -606,14 +624,17 @@ def evaluate_clip(
 
     `tasks` from TASKS: zero_shot and retrieval (by `protocol`, module docstring; zero-shot templates from
     `templates`, a list or an OpenAI set name, else the set of `dataset_name`, by default the dataset's
-    `info.dataset_name`), clustering, linear_probe (needs `train_dataset`), granularity (CLUE §3.1, needs
-    `fine_label`), rsa (against `reference_model`, DiVE App. D, which moves to the model's device). `mmvp`
+    `info.dataset_name`), clustering, linear_probe (needs `train_dataset`; C chosen from `probe_cs`, default
+    CLIP's sweep, on a validation split unless one is given), granularity (CLUE §3.1, needs `fine_label`),
+    rsa (against `reference_model`, DiVE App. D, which moves to the model's device). `mmvp`
     (a pairs dataset or an MMVP-VLM directory) adds the MMVP score. Image metrics use L2-normalised embeddings
     except the linear probe, which sees raw features as in CLIP. Inputs go to the model's device and dtype
     (`device` moves the model first). `on_task_end(report)` is called after each task with the report so far.
     `data` (`data_record` of `dataset`) is recorded in each task's section as `"data"`. `mirror` (a
     `hf_vrl.data.clip_benchmark.WdsMirror`, `mirror_prompts`): the data are in clip_benchmark's layout, and
     zero-shot prompts its own class names with its own templates (unless `templates` is given).
+    ObjectNet's images lose `objectnet_border` pixels on every side (`scored_images`; the report's
+    `border_crop`).
     With `return_embeddings`, also returns {"image", "labels", "class_names"} for figures.
     """
     from hf_vrl.data.benchmarks import benchmark_name
@@ -635,7 +656,9 @@ def evaluate_clip(
     model.eval()
     try:
         logger.info("embedding %d images", len(dataset))
-        image = encode_images(model, image_processor, dataset["image"], batch_size=batch_size)
+        images = scored_images(dataset["image"], dataset_name, objectnet_border)
+        border = images.pixels if isinstance(images, BorderCropped) else 0
+        image = encode_images(model, image_processor, images, batch_size=batch_size)
         labels = _labels(dataset)
         zero_shot_labels, class_names, names_source, projection = imagenet_classes(
             dataset_name, labels, class_names_of(dataset)
@@ -660,6 +683,8 @@ def evaluate_clip(
             protocol=protocol,
             batch_size=batch_size,
             seed=seed,
+            probe_cs=probe_cs,
+            border=border,
         )
         report = _run_tasks(run, tasks, mmvp, on_task_end, data)
     finally:
@@ -676,6 +701,15 @@ def report_percent(report: Mapping[str, Any], path: tuple[str, str]) -> str:
     """`report[task][metric]` (a fraction) as a percent with one decimal, "-" where the report lacks it."""
     value = report.get(path[0], {}).get(path[1])
     return "-" if value is None else f"{100 * value:.1f}"
+
+
+def scored_images(images: Sequence[Any], dataset_name: str | None, objectnet_border: int = OBJECTNET_BORDER):
+    """The images set `dataset_name` is scored on: ObjectNet's without `objectnet_border` pixels on every
+    side (FLYP / WiSE-FT's crop, `hf_vrl.data.imagenet.border_crop`), any other set's as read. The one place
+    the crop is applied: `evaluate_clip` (hf-vrl eval, the reproduce scripts) and DiVE's `classify`."""
+    if imagenet_family(dataset_name) == "objectnet" and objectnet_border > 0:
+        return BorderCropped(images, objectnet_border)
+    return images
 
 
 def text_table(rows: Sequence[Sequence[str]], left_columns: int = 0) -> str:

@@ -13,7 +13,8 @@ FGVC-Aircraft and Stanford Cars are scored at their fine level (100 variants, 19
 Models are `LABEL=PATH` or `PATH`: any CLIP-like folder or Hub id `hf-vrl eval` loads, loaded only when a cell
 needs them (`LazyModels`); a DCRModel export gets its text side from `--text-model` (DCR's P-ability setting:
 the enhanced image tower against the original text tower). Each table cell is kept in `<output-dir>/cells/`
-(`CellCache`) with the settings that made it, so an interrupted run resumes where it stopped.
+(`CellCache`) keyed by what made it (the model's contents, the data, the protocol, the settings), so an
+interrupted run resumes where it stopped and a model re-saved in place is scored again.
 
 LLaVA tables (DCR's and DiffCLIP's Table 3) score `hf-vrl export-llava` / `llava-align` folders with
 lmms-eval (`hf_vrl.integrations.llava_eval`): each column is an `LmmsColumn` (a task's metric), and
@@ -43,6 +44,7 @@ __all__ = [
     "FINE_LEVELS",
     "PARTIAL",
     "CellCache",
+    "FileDigests",
     "LazyModels",
     "LmmsColumn",
     "MMVP_SHORT_NAMES",
@@ -60,6 +62,7 @@ __all__ = [
     "mmvp_row",
     "paper_comparison",
     "parse_labelled",
+    "percent",
     "ran_header",
     "write_measured",
 ]
@@ -91,6 +94,13 @@ def mmvp_row(score: Mapping[str, Any]) -> dict[str, float]:
     (the mean over patterns)."""
     row = {MMVP_SHORT_NAMES.get(name, name): 100 * value for name, value in score["per_category"].items()}
     return row | {"Avg": 100 * score["mean_category_accuracy"]}
+
+
+def percent(scores: Mapping[str, Any], metric: str) -> float | None:
+    """`scores[metric]` (a fraction) in percent; None where it was not reported (R@5 of fewer than 5
+    images: the cell's `not_reported` says so)."""
+    value = scores.get(metric)
+    return None if value is None else 100 * value
 
 
 def parse_labelled(specs: Sequence[str] | None, what: str) -> dict[str, str]:
@@ -250,15 +260,32 @@ class LazyModels(Mapping):
 
 
 class CellCache:
-    """One JSON file per table cell under `<folder>/cells/<table>/<label>/<key>.json`, holding the settings
-    that made it: a cell is recomputed only when missing or made with other settings (a run that stopped
-    resumes at the first missing cell)."""
+    """One JSON file per table cell under `<folder>/cells/<table>/<label>/<key>.json`, holding what determined
+    it: the model's contents (`model_key`), the data's, the protocol and the settings. A cell is recomputed
+    only when missing or made from anything else (a model re-saved in place is scored again; a run that
+    stopped resumes at the first missing cell)."""
 
     def __init__(self, folder: str | Path, table: str) -> None:
         self.folder = Path(folder) / "cells" / _slug(table)
+        self.digests = FileDigests(Path(folder) / "cells" / "file-digests.json")
 
     def _path(self, label: str, key: str) -> Path:
         return self.folder / _slug(label) / f"{_slug(key)}.json"
+
+    def model_key(self, name: str) -> dict[str, str]:
+        """What a model `name` (a folder or a Hub id) is, by content: a folder by the SHA-256 of its files
+        (README.md and hidden files aside), a Hub id by the commit its snapshot is of."""
+        from hf_vrl.evaluation import resolve_model_path
+
+        path = Path(resolve_model_path(name))
+        if path.is_file():
+            return {"name": name, "sha256": self.digests.digest(path)}
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and _model_file(p.relative_to(path)))
+            digests = {str(p.relative_to(path)): self.digests.digest(p) for p in files}
+            self.digests.save()
+            return {"name": name, "sha256": _sha256(json.dumps(digests, sort_keys=True).encode())}
+        return {"name": name, "commit": _hub_commit(name)}
 
     def get(self, label: str, key: str, settings: Mapping[str, Any]) -> dict[str, Any] | None:
         path = self._path(label, key)
@@ -268,11 +295,7 @@ class CellCache:
         return cell["values"] if cell.get("settings") == json.loads(json.dumps(settings)) else None
 
     def put(self, label: str, key: str, settings: Mapping[str, Any], values: Mapping[str, Any]) -> None:
-        path = self._path(label, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staged = path.with_name(f".{path.name}.tmp")
-        staged.write_text(json.dumps({"settings": settings, "values": values}, indent=2))
-        os.replace(staged, path)
+        _write_json(self._path(label, key), {"settings": settings, "values": values})
 
     def cell(
         self, label: str, key: str, settings: Mapping[str, Any], compute: Callable[[], Mapping[str, Any]]
@@ -285,20 +308,98 @@ class CellCache:
         return cached
 
 
+class FileDigests:
+    """SHA-256 of files, kept in a JSON file by (path, mtime, size): a file is read again only when it
+    changed (a re-saved model), so a resumed table hashes nothing it hashed before."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.known: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.is_file() else {}
+
+    def digest(self, file: Path) -> str:
+        stat = file.stat()
+        seen = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
+        entry = self.known.get(str(file.resolve()))
+        if entry is None or {k: entry[k] for k in seen} != seen:
+            digest = hashlib.sha256()
+            with file.open("rb") as stream:
+                for block in iter(lambda: stream.read(1 << 20), b""):
+                    digest.update(block)
+            entry = self.known[str(file.resolve())] = seen | {"sha256": digest.hexdigest()}
+        return entry["sha256"]
+
+    def save(self) -> None:
+        _write_json(self.path, self.known)
+
+
+def _model_file(relative: Path) -> bool:
+    """Whether a file of a model folder determines its outputs (its card and hidden files do not)."""
+    return relative.name != "README.md" and not any(part.startswith(".") for part in relative.parts)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _hub_commit(name: str) -> str:
+    """The commit of Hub model `name` that loading it reads (the cached one offline)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, allow_patterns=["config.json"])).name
+    except Exception as error:  # noqa: BLE001  (any failure to resolve the id is the user's to fix)
+        raise UserError(f"model {name!r} is neither a folder nor a Hub model: {explain(error)}") from error
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(json.dumps(value, indent=2))
+    os.replace(staged, path)
+
+
 @dataclass
 class TableCells:
     """What a table's cells need: the models (loaded on first use), the data (loaded and counted), the cell
-    cache, and the settings every cell records beside its model and data (limit, seeds, ...)."""
+    cache, the settings every cell records (limit, seeds, ...) and the other models a cell uses (`also`,
+    {setting: path}, e.g. DCR's --text-model), recorded by content as the cell's model is."""
 
     models: LazyModels
     data: TableData
     cache: CellCache
     settings: Mapping[str, Any] = field(default_factory=dict)
+    also: Mapping[str, str | None] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # {set: what its cells do not report, and why}
 
     def cell(self, label: str, key: str, compute: Callable, *args: Any) -> dict[str, Any]:
-        """Model `label`'s values on set `key`: cached, or `compute((model, processor, tokenizer), *args)`."""
-        settings = {"model": self.models.paths[label], "data": self.data.records(key), **self.settings}
-        return self.cache.cell(label, key, settings, lambda: compute(self.models[label], *args))
+        """Model `label`'s values on set `key`: cached, or `compute((model, processor, tokenizer), *args)`.
+        The cell is keyed by the model's and `also`'s contents, the data (counts and the rows' fingerprint),
+        the protocol (`compute` and its plain arguments) and the settings."""
+        settings = {
+            "model": self.cache.model_key(self.models.paths[label]),
+            **{name: self.cache.model_key(path) if path else None for name, path in self.also.items()},
+            "data": self._data_key(key),
+            "protocol": [f"{compute.__module__}.{compute.__qualname__}", *_plain(args)],
+            **self.settings,
+        }
+        values = self.cache.cell(label, key, settings, lambda: compute(self.models[label], *args))
+        if "not_reported" in values:
+            self.notes[key] = values["not_reported"]
+        return values
+
+    def _data_key(self, key: str) -> dict[str, Any]:
+        """Set `key`'s counts and the fingerprints of its loaded splits' rows (paths, labels, texts)."""
+        rows = {
+            split: getattr(dataset, "_fingerprint", None)
+            for (name, split), dataset in self.data.loaded.items()
+            if name == key
+        }
+        return {"counts": self.data.records(key), "rows": rows}
+
+
+def _plain(args: Sequence[Any]) -> list[Any]:
+    """The arguments of a cell's computation that name its protocol (a task, a set), as JSON values."""
+    return [arg for arg in args if isinstance(arg, str | int | float | bool)]
 
 
 def _slug(text: str) -> str:
@@ -586,8 +687,9 @@ def llava_table(
     cache = CellCache(output, "llava")
     measured = {}
     for label, path in models.items():
+        model = cache.model_key(path)
         settings = {
-            n: {"model": path, "column": str(c), "limit": limit, "include_path": include_path}
+            n: {"model": model, "column": str(c), "limit": limit, "include_path": include_path}
             for n, c in columns.items()
         }
         row = {name: cache.get(label, name, settings[name]) for name in columns}

@@ -16,6 +16,7 @@ from PIL import Image
 from scipy.io import savemat
 
 from hf_vrl.data.benchmarks import BENCHMARKS, Split, benchmark_of, check_counts
+from hf_vrl.data.imagenet import imagenetv2_variant
 from hf_vrl.data.layouts import layouts_help, load_benchmark
 from hf_vrl.data.registry import check_dataset_name, load_dataset_by_name
 from hf_vrl.data.schema import validate_row
@@ -134,6 +135,25 @@ def test_imagenet_v2_folders_by_label_id(tmp_path):
     dataset, counts = load_benchmark("imagenet-v2", str(tmp_path), "test")
     assert row_class_names(dataset) == [TENCH, GOLDFISH, KIT_FOX]
     assert (counts.images, counts.official_images, counts.official_classes) == (3, 10_000, 1000)
+
+
+@pytest.mark.parametrize("variant", ["threshold0.7", "top-images"])
+def test_imagenet_v2_variants_of_the_same_count_are_told_apart_by_their_archive(tmp_path, variant):
+    """threshold0.7 and top-images hold 10,000 images, 10 a class, as matched-frequency does: the name their
+    archive extracts to says which one a copy is, and those the tables do not score are refused in one line
+    (extracted where given, or one level down)."""
+    for where in (tmp_path / "a", tmp_path / "b" / "imagenet-v2"):
+        base = where / f"imagenetv2-{variant}-format-val"
+        image_file(base / "0" / "7e4f3c.jpeg")
+        source = str(base if where.name == "a" else where)
+        with pytest.raises(
+            UserError, match=rf"ImageNet-V2's {variant} variant .* give imagenetv2-matched-freq"
+        ):
+            load_benchmark("imagenet-v2", source, "test")
+    assert imagenetv2_variant(tmp_path / "x" / "imagenetv2-matched-frequency-format-val" / "0") == (
+        "matched-frequency"
+    )
+    assert imagenetv2_variant(tmp_path / "my-copy") is None  # named for none: read as given
 
 
 def test_objectnet_reads_the_mapped_folders_as_published(tmp_path):

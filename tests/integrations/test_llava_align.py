@@ -4,6 +4,7 @@ held-out caption loss, resumes exactly, and the saved LLaVA reloads with the sam
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ from hf_vrl.integrations.llava_align import (
     freeze_all_but_projector,
     hold_out,
     main,
+    resume_point,
     sft_config,
 )
 
@@ -142,6 +144,12 @@ def test_align_projector_trains_only_the_projector_resumes_exactly_and_reloads(t
     assert not list(
         (tmp_path / "b" / "checkpoint-4").glob("model*.safetensors")
     )  # the frozen rest is not saved
+    assert (tmp_path / "b" / "checkpoint-4" / "checkpoint.json").is_file()
+    damaged = tmp_path / "b" / "checkpoint-8"  # a newer checkpoint whose projector was cut short
+    shutil.copytree(tmp_path / "b" / "checkpoint-4", damaged)
+    (damaged / PROJECTOR_WEIGHTS).write_bytes((damaged / PROJECTOR_WEIGHTS).read_bytes()[:100])
+    assert get_last_checkpoint(str(tmp_path / "b")).endswith("checkpoint-8")  # transformers' unchecked pick
+    assert resume_point(tmp_path / "b") == checkpoint  # --resume's: the newest complete one
     resumed = fresh()
     align_projector(resumed, processor, train, held_out, args, resume_from_checkpoint=checkpoint)
     resumed.cpu()

@@ -34,14 +34,31 @@ def test_every_paper_row_has_a_rung_and_table_2_reads_as_printed():
     assert RUNGS["K = 8"]["num_parts"] == 8 and RUNGS["K = 8"]["beta"] > 0 and RUNGS["K = 8"]["gamma"] == 0
 
 
+def test_data_root_holds_a_folder_per_benchmark_key_as_the_other_scripts(tmp_path, capsys):
+    """<data-root>/cars/ as reproduce_dcr / reproduce_diffclip read it; the publisher's stanford_cars/ where
+    cars/ is absent; neither: one line naming both."""
+    example = _example()
+    for name in ("cub", "aircraft", "stanford_cars"):
+        (tmp_path / name).mkdir()
+    assert example.data_spec(str(tmp_path), "CUB200") == f"cub:{tmp_path / 'cub'}"
+    assert example.data_spec(str(tmp_path), "Aircraft") == f"aircraft:{tmp_path / 'aircraft'}"
+    assert example.data_spec(str(tmp_path), "Cars") == f"cars:{tmp_path / 'stanford_cars'}"
+    (tmp_path / "cars").mkdir()
+    assert example.data_spec(str(tmp_path), "Cars") == f"cars:{tmp_path / 'cars'}"
+    argv = ["--data-root", str(tmp_path / "none"), "--table", "2", "--descriptions", __file__]
+    assert example.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{tmp_path / 'none' / 'cub'} is missing" in err
+    with pytest.raises(SystemExit):
+        example.main(["--help"])
+    assert "--data-root DIR holds cub/, cars/ and aircraft/" in capsys.readouterr().out
+
+
 def test_options_and_the_comparison_table():
     example = _example()
     assert example.train_options(["--max-steps", "2", "--no-figures", "--probe-cs", "[1.0]", "--eval"]) == {
         "max_steps": 2, "figures": False, "probe_cs": [1.0], "eval": True,
     }  # fmt: skip
-    assert example.data_spec("/d", "CUB200") == "cub:/d/CUB_200_2011"
-    assert example.data_spec("/d", "Aircraft") == "aircraft:/d/fgvc-aircraft-2013b"
-    assert example.data_spec("/d", "Cars") == "cars:/d/stanford_cars"
     reports = [{"linear_probe": {"top1": 0.5}, "retrieval": {"i2i_R@1": 0.25, "i2i_R@5": 0.75}}]
     ladder = {"rungs": {rung: {"seeds": reports * 2} for rung in TABLE_ROWS[3].values()}}
     lines = example.comparison(3, "Aircraft", ladder).splitlines()

@@ -24,7 +24,7 @@ from reproduce_helpers import (
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.dcr.paper import BACKBONE_PRESETS, PAPER_TABLES, TABLE3_COLUMNS, TABLE3_LMMS
-from hf_vrl.paper_eval import LmmsColumn, llava_table, paper_comparison
+from hf_vrl.paper_eval import CellCache, LmmsColumn, llava_table, paper_comparison
 from hf_vrl.presets import preset_path
 
 
@@ -163,6 +163,74 @@ def test_cells_are_kept_and_a_stopped_table_resumes(setup, tmp_path, capsys, mon
     assert _rows(capsys.readouterr().out.split("\n† ")[0]) == first and (cells / "dtd.json").is_file()
 
 
+def test_a_model_re_saved_in_place_is_scored_again(setup, tmp_path, capsys, monkeypatch):
+    """Cells are keyed by the model's contents, not its path: the same folder holding other weights is
+    measured again; a folder re-written with the same contents (a new mtime) is not."""
+    import shutil
+
+    import torch
+    from transformers import CLIPModel
+
+    import hf_vrl.paper_eval
+
+    root, clip, _ = setup
+    model = tmp_path / "model"
+    shutil.copytree(clip, model)
+    argv = ["--table", "2", "--data-root", str(root), "--model", f"Ours={model}", "--allow-partial"]
+    argv += ["--sets", "dtd", "--output-dir", str(tmp_path / "out")]
+    assert example("reproduce_dcr").main(argv) == 0
+    first = _rows(capsys.readouterr().out.split("\n† ")[0])["Ours"]
+    cell = tmp_path / "out" / "cells" / "table2-OpenAI-ViT-L-14-224" / "Ours" / "dtd.json"
+    made_by = json.loads(cell.read_text())["settings"]["model"]
+    loaded, load_model = [], hf_vrl.paper_eval.load_model
+    monkeypatch.setattr(
+        hf_vrl.paper_eval, "load_model", lambda *a, **k: loaded.append(a) or load_model(*a, **k)
+    )
+
+    (model / "model.safetensors").write_bytes((model / "model.safetensors").read_bytes())  # same bytes
+    assert example("reproduce_dcr").main(argv) == 0
+    assert _rows(capsys.readouterr().out.split("\n† ")[0])["Ours"] == first and not loaded
+
+    torch.manual_seed(1)
+    other = CLIPModel.from_pretrained(model)
+    for parameter in other.parameters():
+        parameter.data.normal_()
+    other.save_pretrained(model)  # re-saved in place: the same path, other weights
+    assert example("reproduce_dcr").main(argv) == 0
+    assert loaded == [(str(model), None, None)]
+    assert json.loads(cell.read_text())["settings"]["model"]["sha256"] != made_by["sha256"]
+
+
+def test_retrieval_on_fewer_than_5_images_reports_the_recalls_that_exist(setup, tmp_path, capsys):
+    """A 3-image subset has no R@5: its cells are "-" and a line says which R@K are not reported and why
+    (no KeyError)."""
+    root, clip, _ = setup
+    argv = ["--table", "6", "--data-root", str(root), "--model", f"Original={clip}", "--allow-partial"]
+    argv += ["--sets", "flickr30k", "--limit", "3", "--output-dir", str(tmp_path)]
+    assert example("reproduce_dcr").main(argv) == 0
+    out = capsys.readouterr().out
+    cells = _rows(out.split("\n† ")[0])["Original"]
+    assert all(cell.endswith("/ -") for cell in cells)  # Table 6 on Flickr30k alone: its R@5 columns
+    assert "flickr30k: R@5, R@10: 3 images and 6 texts (K must not exceed them)" in out
+
+
+def test_a_hub_model_is_keyed_by_its_commit(tmp_path, monkeypatch):
+    """A Hub id's cells are keyed by the snapshot commit loading it reads (a local Hub cache, offline)."""
+    import huggingface_hub.constants
+
+    commit = "a" * 40
+    repo = tmp_path / "hub" / "models--org--clip"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text("{}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert CellCache(tmp_path, "t").model_key("org/clip") == {"name": "org/clip", "commit": commit}
+    with pytest.raises(UserError, match="'org/other' is neither a folder nor a Hub model"):
+        CellCache(tmp_path, "t").model_key("org/other")
+
+
 def test_missing_data_or_a_wrong_layout_is_one_line(setup, tmp_path, capsys):
     _, clip, _ = setup
     argv = ["--table", "2", "--data-root", str(tmp_path), "--model", str(clip)]
@@ -279,15 +347,19 @@ def test_a_source_column_counts_the_logged_samples_of_that_source(tmp_path, monk
         "lmms_eval_results": str(results.relative_to(out)),
     }
 
+    llava = tmp_path / "llava"  # the folder the cells are keyed by (its contents)
+    (llava / "config.json").parent.mkdir()
+    (llava / "config.json").write_text("{}")
+
     def fake_main(argv):
-        assert argv[:3] == ["runs/llava", "--tasks", "cv_bench_2d"]
+        assert argv[:3] == [str(llava), "--tasks", "cv_bench_2d"]
         (out / llava_eval.RESULTS_FILE).write_text(json.dumps(report))
         return 0
 
     monkeypatch.setattr(llava_eval, "main", fake_main)
     columns = {name: TABLE3_LMMS[name] for name in ("CV-Bench 2D ADE20K", "CV-Bench 2D COCO")}
     columns["2D"] = LmmsColumn("cv_bench_2d", ("cv_bench_acc",))
-    measured = llava_table(columns, {"Ours": "runs/llava"}, tmp_path / "eval")
+    measured = llava_table(columns, {"Ours": str(llava)}, tmp_path / "eval")
     assert measured == {
         "Ours": {"CV-Bench 2D ADE20K": pytest.approx(200 / 3), "CV-Bench 2D COCO": 0.0, "2D": 40.0}
     }
@@ -295,7 +367,7 @@ def test_a_source_column_counts_the_logged_samples_of_that_source(tmp_path, monk
         UserError, match=r"^Ours: lmms-eval gave cv_bench_2d no pope_f1_score \(it gave \['cv_bench_acc'\]\)$"
     ):
         llava_table(
-            {"x": LmmsColumn("cv_bench_2d", ("pope_f1_score",))}, {"Ours": "runs/llava"}, tmp_path / "eval"
+            {"x": LmmsColumn("cv_bench_2d", ("pope_f1_score",))}, {"Ours": str(llava)}, tmp_path / "eval"
         )
 
 

@@ -354,11 +354,24 @@ def test_retrieval_protocols_on_hand_made_embeddings():
     ds = hand_dataset()
     run = {"tasks": ("retrieval",), "batch_size": 3}
     cb = evaluation.evaluate_clip(ColorCLIP(), color_processor, color_tokenizer, ds, **run)["retrieval"]
-    assert cb == {"i2t_R@1": 0.5, "t2i_R@1": 0.5, "n_texts": 4, "protocol": "clip_benchmark"}
+    not_reported = "R@5, R@10: 4 images and {} texts (K must not exceed them)"  # 4 images: R@1 alone
+    assert cb == {
+        "i2t_R@1": 0.5,
+        "t2i_R@1": 0.5,
+        "n_texts": 4,
+        "protocol": "clip_benchmark",
+        "not_reported": not_reported.format(4),
+    }
     old = evaluation.evaluate_clip(
         ColorCLIP(), color_processor, color_tokenizer, ds, protocol="hf_vrl", **run
     )
-    assert old["retrieval"] == {"i2t_R@1": 1.0, "t2i_R@1": 1.0, "n_texts": 2, "protocol": "hf_vrl"}
+    assert old["retrieval"] == {
+        "i2t_R@1": 1.0,
+        "t2i_R@1": 1.0,
+        "n_texts": 2,
+        "protocol": "hf_vrl",
+        "not_reported": "R@5, R@10: 4 images and 2 texts (K must not exceed them)",
+    }
 
 
 def test_retrieval_uses_every_caption_of_an_image():
@@ -591,6 +604,65 @@ def test_main_help_and_usage_errors(capsys, tmp_path):
         eval_command.main(
             ["--model", "x", "--dataset", "d", "--tasks", "bogus", "--output-dir", str(tmp_path)]
         )
+
+
+def test_help_lists_every_dataset_name_prefix_and_layout_of_the_registry(capsys):
+    """`hf-vrl eval --help` lists the spellings --dataset takes and each benchmark's layouts, from the
+    registry itself."""
+    from hf_vrl.data import registry
+    from hf_vrl.data.benchmarks import BENCHMARKS
+    from hf_vrl.data.layouts import all_layouts
+
+    with pytest.raises(SystemExit):
+        eval_command.main(["--help"])
+    text = capsys.readouterr().out
+    assert all(name in text for name in registry.NAMED)
+    assert all(f"{prefix}:<path>" in text for prefix in registry.PREFIXES)
+    for key, benchmark in BENCHMARKS.items():
+        line = next(line for line in text.splitlines() if line.startswith(f"  {key}: "))
+        assert all(all_layouts()[name].description in line for name in benchmark.layouts), key
+
+
+def test_a_probe_on_a_small_copy_is_one_line_and_runs_with_a_given_c(clip_dir, tmp_path, capsys):
+    """A train split too small to choose C on a validation split: one line naming --probe-c (not a
+    traceback); with --probe-c the probe runs at that C and the report records it."""
+    from hf_vrl.cli import main
+
+    argv = ["eval", "--model", str(clip_dir), "--dataset", "shapes", "--limit", "12", "--train-limit", "3"]
+    argv += ["--image-size", "16", "--tasks", "linear_probe", "--no-figures"]
+    assert main([*argv, "--output-dir", str(tmp_path / "a")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and "--probe-c" in err[0]
+    assert "linear probe: 3 training samples in 3 classes" in err[0]
+    assert main([*argv, "--probe-c", "0.5", "--output-dir", str(tmp_path / "b")]) == 0
+    report = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert report["probe_c"] == 0.5 and report["linear_probe"]["C"] == 0.5
+    assert report["linear_probe"]["val_accuracies"] == {}
+
+
+def test_hf_vrl_eval_scores_objectnet_without_its_border_as_dive_does(clip_dir, tmp_path, monkeypatch):
+    """The 2-pixel border crop of FLYP / WiSE-FT (and DiVE's evaluation) belongs to ObjectNet's evaluation:
+    `hf-vrl eval --dataset objectnet:<folder>` embeds the cropped images and its report says so."""
+    from PIL import Image
+
+    images = tmp_path / "objectnet-1.0" / "images"
+    for i, folder in enumerate(("alarm_clock", "banana", "alarm_clock")):
+        (images / folder).mkdir(parents=True, exist_ok=True)
+        image = Image.new("RGB", (20, 20), (200, 10 * i, 0))
+        image.paste((0, 0, 255), (2, 2, 18, 18))
+        image.save(images / folder / f"{i}.png")
+    seen, encode_images = [], evaluation.encode_images
+
+    def spy(model, processor, column, **kwargs):
+        seen.extend(column[0 : len(column)])
+        return encode_images(model, processor, column, **kwargs)
+
+    monkeypatch.setattr(evaluation, "encode_images", spy)
+    argv = ["--model", str(clip_dir), "--dataset", f"objectnet:{tmp_path}", "--allow-partial", "--no-figures"]
+    assert eval_command.main([*argv, "--tasks", "clustering", "--output-dir", str(tmp_path / "out")]) == 0
+    assert [im.size for im in seen] == [(16, 16)] * 3
+    assert all(im.getcolors() == [(256, (0, 0, 255))] for im in seen)
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["border_crop"] == 2
 
 
 def test_main_with_the_registry_shapes_world(clip_dir, tmp_path):

@@ -100,8 +100,18 @@ def test_a_file_with_other_pairs_or_categories_is_refused(tmp_path, mmvp_writer)
     assert partial["category"][:] == ["Orientation and Direction"] * 2
     mixed = official_pairs()
     mixed[3] = ("Presence", ("red", "a"), ("blue", "b"))  # pair 4 is an Orientation pair by position
-    with pytest.raises(UserError, match=r"question 7: Type 'Presence' where the pairs of 'Orientation and"):
+    with pytest.raises(
+        UserError, match=r"pair 7/8: Type 'Presence' where the other pairs of 'Orientation and"
+    ):
         load_mmvp_vlm(mmvp_writer(tmp_path / "mixed", mixed))
+    first = official_pairs()
+    first[30] = ("Presence", ("red", "a"), ("blue", "b"))  # the first pair of the third pattern: qids 61, 62
+    (tmp_path / "first").mkdir()
+    with pytest.raises(
+        UserError,
+        match=r"^pair 61/62: Type 'Presence' where the other pairs of 'State and Condition' .* say 'State'$",
+    ):
+        load_mmvp_vlm(mmvp_writer(tmp_path / "first", first))
     merged = official_pairs(types=("Orientation",) * 9)  # one spelling for every pattern
     with pytest.raises(UserError, match="spans several of the official patterns"):
         load_mmvp_vlm(mmvp_writer(tmp_path / "merged", merged))
@@ -128,12 +138,32 @@ def test_load_mmvp_vlm_reads_the_official_layout(tmp_path, image_dir, mmvp_write
     assert first["image_b"].convert("RGB").getpixel((8, 8))[2] > 200  # blue
 
 
+def test_a_missing_image_is_refused_in_one_line_or_its_pair_left_out_with_allow_partial(
+    tmp_path, mmvp_writer
+):
+    """--allow-partial covers a missing image as it covers missing pairs: the pair is left out and the counts
+    say so; without it, one line naming the image and --allow-partial."""
+    from hf_vrl.data.benchmarks import BENCHMARKS
+    from hf_vrl.data.layouts import counts_of
+
+    root = mmvp_writer(tmp_path, official_pairs())
+    (root / "MLLM_VLM Images" / "State" / "61.jpg").unlink()
+    with pytest.raises(
+        UserError, match=r"1 of 270 images missing \(first: .*State/61.jpg\); .*--allow-partial"
+    ):
+        load_mmvp_vlm(root)
+    pairs = load_mmvp_vlm(root, allow_partial=True)
+    assert len(pairs) == 134 and 61 not in pairs["qid_a"][:]
+    counts = counts_of(pairs, BENCHMARKS["mmvp_vlm"], "test")
+    assert not counts.as_dict()["complete"] and "134 of 135" in counts.describe()
+
+
 def test_load_mmvp_vlm_rejects_broken_folders(tmp_path, mmvp_writer):
     with pytest.raises(FileNotFoundError, match="Questions.csv"):
         load_mmvp_vlm(tmp_path)
     root = mmvp_writer(tmp_path, [("Texts", ("red", "a"), ("blue", "b"))])
     (root / "MLLM_VLM Images" / "Texts" / "2.jpg").unlink()
-    with pytest.raises(FileNotFoundError, match="2.jpg"):
+    with pytest.raises(UserError, match=r"no pair has both its images \(first missing: .*2.jpg\)"):
         load_mmvp_vlm(root, allow_partial=True)
     (root / "Questions.csv").write_text("Question ID,Type,Statement\n1,Texts,a\n2,Texts,b\n3,Texts,c\n")
     with pytest.raises(UserError, match="pairs"):

@@ -46,6 +46,25 @@ with torch.no_grad():
 outputs = {key: value for key, value in out.items() if torch.is_tensor(value)}
 result = {"outputs": outputs, "cls": type(model).__name__, "transformers": transformers.__version__}
 result["threads"] = (torch.get_num_threads(), torch.get_num_interop_threads())
+if hasattr(model, "get_text_features"):  # a dual encoder: its feature methods against this CLIPModel
+    from transformers import CLIPConfig, CLIPModel
+
+    inputs = torch.load(inputs_path)
+    tiny = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2}
+    text = {**tiny, "vocab_size": model.config.text_config.vocab_size}
+    vision = {**tiny, "image_size": inputs["pixel_values"].shape[-1], "patch_size": 8}
+    clip = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=8)).eval()
+    calls = {
+        "image": {"pixel_values": inputs["pixel_values"]},
+        "text": {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]},
+    }
+    result["features"] = {}
+    with torch.no_grad():
+        for name, kwargs in calls.items():
+            ours = getattr(model, f"get_{name}_features")(**kwargs)
+            theirs = getattr(clip, f"get_{name}_features")(**kwargs)
+            embedding = ours if torch.is_tensor(ours) else ours.pooler_output
+            result["features"][name] = (type(ours).__name__, type(theirs).__name__, embedding)
 torch.save(result, outputs_path)
 """
 )
@@ -83,7 +102,8 @@ def run_fresh(script: str, args: list[str], work_dir: Path, environment: Path | 
 def remote_load(model_dir: Path, inputs: dict, work_dir: Path, environment: Path | None = None) -> dict:
     """Run `AutoModel.from_pretrained(model_dir, trust_remote_code=True)(**inputs)` in a fresh interpreter
     (`run_fresh`); returns {"outputs": tensor fields, "cls": class name, "transformers": version, "threads":
-    the child's (intra-op, inter-op) thread counts}."""
+    the child's (intra-op, inter-op) thread counts}, and for a dual encoder "features": {"image" | "text":
+    (the type its get_*_features returns, the type that release's CLIPModel's returns, the embedding)}."""
     work_dir.mkdir(parents=True, exist_ok=True)
     torch.save(inputs, work_dir / "inputs.pt")
     run_fresh(

@@ -20,6 +20,8 @@ from transformers import (
     CLIPConfig,
     CLIPTextConfig,
     CLIPVisionConfig,
+    PretrainedConfig,
+    PreTrainedModel,
     ResNetConfig,
     ResNetModel,
     SiglipVisionConfig,
@@ -411,6 +413,9 @@ def test_clue_with_a_vit_returns_the_hidden_states_asked_for():
 def test_clue_gradient_checkpointing_and_input_embeddings_are_its_backbones():
     vit, resnet = CASES["clue-vit"].build(), CASES["clue-resnet"].build()
     assert vit.supports_gradient_checkpointing and not resnet.supports_gradient_checkpointing
+    # what transformers' common tests read (`model_class.supports_gradient_checkpointing`): False on the class
+    # would skip CLUEModel's checkpointing tests, passing them untested
+    assert CLUEModel.supports_gradient_checkpointing is True
     assert vit.get_input_embeddings() is vit.backbone.get_input_embeddings()
     assert resnet.get_input_embeddings() is resnet.backbone.embedder.embedder
     assert {*ViTModel._no_split_modules, *ResNetModel._no_split_modules} <= set(CLUEModel._no_split_modules)
@@ -426,3 +431,18 @@ def test_clue_gradient_checkpointing_and_input_embeddings_are_its_backbones():
     assert gradients[0].keys() == gradients[1].keys() and gradients[0]
     for name, gradient in gradients[0].items():
         torch.testing.assert_close(gradients[1][name], gradient, msg=name)
+
+
+@pytest.mark.parametrize("family", ["clue", "dcr", "diffclip"])
+def test_every_model_and_config_class_is_exported_by_hf_vrl_models(family):
+    """`from hf_vrl.models import DCRModel` works for each family's configurations and PreTrainedModels."""
+    module = getattr(hf_vrl.models, family)
+    public = {
+        name
+        for name in module.__all__
+        if isinstance(getattr(module, name), type)
+        and issubclass(getattr(module, name), PreTrainedModel | PretrainedConfig)
+    }
+    assert public and public <= set(hf_vrl.models.__all__)
+    for name in public:
+        assert getattr(hf_vrl.models, name) is getattr(module, name)

@@ -1,5 +1,7 @@
 """DiffCLIP, DCR and CLUE saved with the installed transformers load as remote code, in a fresh interpreter
-without hf_vrl, on every transformers release users have, and give identical outputs.
+without hf_vrl, on every transformers release users have, and give identical outputs; DiffCLIP's
+get_image_features / get_text_features return what that release's CLIPModel's return (a tensor on 4.57, a
+BaseModelOutputWithPooling on 5.x), whose embedding normalises to the forward's.
 
 Slow: each environment (transformers and its dependencies, from the package index, no Hub) is built once with
 `pip install --target` into ~/.cache/hf_vrl/transformers-compat/<version> (HF_VRL_COMPAT_CACHE to move it)
@@ -61,3 +63,9 @@ def test_remote_code_loads_identically_on_transformers(version, tmp_path):
         assert loaded["outputs"].keys() == expected.keys(), name
         for key, value in expected.items():
             torch.testing.assert_close(loaded["outputs"][key], value, rtol=0, atol=0, msg=f"{name}.{key}")
+        features = loaded.get("features", {})
+        assert sorted(features) == (["image", "text"] if name == "diffclip" else []), name
+        for side, (ours, clips, embedding) in features.items():
+            assert ours == clips, f"{name}.get_{side}_features returns {ours} where CLIPModel's gives {clips}"
+            normalised = torch.nn.functional.normalize(embedding, dim=-1)
+            torch.testing.assert_close(normalised, expected[f"{side}_embeds"], msg=f"{name}.{side}")

@@ -8,18 +8,25 @@ names, `hf_vrl.data.prompts`; the counts: `hf_vrl.data.benchmarks`).
   already sorted into `val/<wnid>/`. Kaggle's `ILSVRC/Data/CLS-LOC/{train,val}` is found too.
 - ImageNet-R, -A (`imagenet-r/<wnid>/`, `imagenet-a/<wnid>/`: 200 WNIDs each) and -Sketch (`sketch/<wnid>/`):
   class folders without a split level.
-- ImageNet-V2 (`imagenetv2-matched-frequency-format-val/<0..999>/`): folders by ImageNet label id.
+- ImageNet-V2 (`imagenetv2-matched-frequency-format-val/<0..999>/`): folders by ImageNet label id. Its three
+  published variants hold the same counts (10,000 images, 10 a class): the variant is read from the name its
+  archive extracts to (`imagenetv2-<variant>-format-val`, on the folder or above it); threshold0.7 and
+  top-images are refused in one line (the tables score matched-frequency), a copy named for none is read as
+  given.
 - ObjectNet 1.0 (`objectnet-1.0/images/<folder>/`): only the 113 folders FLYP / WiSE-FT map to ImageNet
   classes are read (`OBJECTNET_FOLDER_TO_IMAGENET`), labelled by folder name in sorted order, as they score
-  them; the folder names stay as published ("alarm_clock").
+  them; the folder names stay as published ("alarm_clock"). Its images are scored without a 2-pixel border
+  (`OBJECTNET_BORDER`, `border_crop`: FLYP / WiSE-FT's objectnet.py crop, which DiVE's evaluation follows),
+  applied where any command embeds them (`hf_vrl.evaluation.scored_images`).
 """
 
 from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from datasets import Dataset
 
@@ -149,8 +156,51 @@ def _find_imagenetv2(root: Path) -> Path | None:
     return _nested(root, lambda folder: bool(_label_id_folders(folder)))
 
 
+IMAGENETV2_VARIANT = re.compile(r"^imagenetv2-(matched-frequency|threshold-?0\.7|top-images)(-format-val)?$")
+IMAGENETV2_SCORED = "matched-frequency"
+
+
+def imagenetv2_variant(folder: Path) -> str | None:
+    """The ImageNet-V2 variant `folder` holds, by the name its archive extracts to (on it or above it)."""
+    for name in (part.name for part in (folder, *folder.resolve().parents)):
+        match = IMAGENETV2_VARIANT.match(name)
+        if match:
+            return match.group(1).replace("threshold-", "threshold")
+    return None
+
+
 def _read_imagenetv2(folder: Path, split: str, benchmark: Benchmark) -> Dataset:
+    variant = imagenetv2_variant(folder)
+    if variant not in (None, IMAGENETV2_SCORED):
+        raise UserError(
+            f"{folder} is ImageNet-V2's {variant} variant (its archive's folder name), whose counts equal "
+            f"matched-frequency's: the tables score {IMAGENETV2_SCORED}; give "
+            "imagenetv2-matched-frequency-format-val/ (imagenetv2-matched-frequency.tar.gz)"
+        )
     return _labelled_folders(_label_id_folders(folder), benchmark)
+
+
+OBJECTNET_BORDER = 2  # pixels FLYP / WiSE-FT's objectnet.py crop off every side before preprocessing
+
+
+def border_crop(image: Any, pixels: int) -> Any:
+    """`image` without `pixels` on every side (WiSE-FT's ObjectNet `crop`: `(2, 2, w - 2, h - 2)`)."""
+    return image if pixels <= 0 else image.crop((pixels, pixels, image.width - pixels, image.height - pixels))
+
+
+class BorderCropped(Sequence):
+    """A lazy view of an image column with `border_crop` applied to what is read (ObjectNet)."""
+
+    def __init__(self, images: Any, pixels: int) -> None:
+        self.images, self.pixels = images, pixels
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [border_crop(im, self.pixels) for im in self.images[index]]
+        return border_crop(self.images[index], self.pixels)
 
 
 def _objectnet_images(root: Path) -> Path | None:

@@ -1,6 +1,6 @@
 """`hf-vrl llava-align`: relearn LLaVA's projector for a new vision tower (LLaVA's stage 1, with trl).
 
-    hf-vrl llava-align --llava llava-hf/llava-1.5-7b-hf --vision runs/diffclip/vision-tower \\
+    hf-vrl llava-align --llava llava-hf/llava-1.5-7b-hf --vision runs/diffclip/final \\
         --dataset cc3m:/data/cc3m --max-steps 2200 --output runs/llava-diffclip
 
 Stage 1 of LLaVA (feature alignment): the vision tower and the language model stay frozen and only
@@ -20,6 +20,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset
@@ -29,6 +30,7 @@ from trl import SFTConfig, SFTTrainer
 
 from hf_vrl.errors import UserError
 from hf_vrl.integrations.llava_export import add_tower_arguments
+from hf_vrl.run.layout import last_complete_checkpoint, write_checkpoint_manifest
 from hf_vrl.run.preflight import check_loggers
 from hf_vrl.trainer import set_logging_dir
 
@@ -84,11 +86,25 @@ class ProjectorSFTTrainer(SFTTrainer):
         state = {key: value.contiguous() for key, value in projector.state_dict().items()}
         save_file(state, str(folder / PROJECTOR_WEIGHTS))
 
+    def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:
+        """The Trainer's checkpoint, then its `checkpoint.json` (the files a complete one holds)."""
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
+            write_checkpoint_manifest(folder)
+
     def _load_from_checkpoint(
         self, resume_from_checkpoint: str, model: torch.nn.Module | None = None
     ) -> None:
         projector = self.accelerator.unwrap_model(model or self.model).model.multi_modal_projector
         projector.load_state_dict(load_file(str(Path(resume_from_checkpoint) / PROJECTOR_WEIGHTS)))
+
+
+def resume_point(checkpoints: Path) -> str | None:
+    """The checkpoint `--resume` continues from: the newest complete one (`hf_vrl.run.layout`: every file
+    its manifest lists there and readable; newer incomplete ones are skipped and logged), or None."""
+    found = last_complete_checkpoint(checkpoints, report=True)
+    return None if found is None else str(found)
 
 
 def align_projector(
@@ -270,7 +286,6 @@ def main(argv: list[str] | None = None) -> int:
     options = _build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     _validate(options)
     from transformers import set_seed
-    from transformers.trainer_utils import get_last_checkpoint
 
     from hf_vrl.integrations.llava import (
         check_llava,
@@ -304,9 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     image_processor = load_image_processor(options.vision) if options.vision is not None else None
     processor = llava_processor_for(llava, processor, image_processor)
     checkpoints = Path(args.output_dir)
-    resume = get_last_checkpoint(str(checkpoints)) if options.resume and checkpoints.is_dir() else None
+    resume = resume_point(checkpoints) if options.resume else None
     if options.resume and resume is None:
-        print(f"no checkpoint in {checkpoints}: starting from the beginning")
+        print(f"no complete checkpoint in {checkpoints}: starting from the beginning")
     logging_dir = options.logging_dir or str(output / "logs")
     losses = align_projector(
         llava, processor, train, held_out, args, resume_from_checkpoint=resume, logging_dir=logging_dir

@@ -1,6 +1,6 @@
 """`hf-vrl export-llava`: put an enhanced vision tower into a LLaVA and save the result.
 
-    hf-vrl export-llava --llava llava-hf/llava-1.5-7b-hf --vision runs/dcr/vision-tower \\
+    hf-vrl export-llava --llava llava-hf/llava-1.5-7b-hf --vision runs/dcr/exports/vision-tower \\
         --output-dir runs/llava-dcr
 
 `--vision` is a tower folder (DCR / DiVE export, DiffCLIP vision model, CLUE ViT backbone) or a dual encoder

@@ -12,7 +12,7 @@ from hf_vrl.metrics.clustering import cluster_accuracy, clustering_scores
 from hf_vrl.metrics.evaluate_modules import EVALUATE_MODULES, evaluate_module, evaluate_module_path
 from hf_vrl.metrics.granularity import cdnv, granularity_scores, ncc_accuracy
 from hf_vrl.metrics.mmvp import MMVP_CATEGORIES, PROMPT_PREFIX, load_mmvp_vlm, mmvp_score
-from hf_vrl.metrics.probe import DEFAULT_CS, few_shot_probe, linear_probe
+from hf_vrl.metrics.probe import DEFAULT_CS, TooFewSamplesError, few_shot_probe, linear_probe
 from hf_vrl.metrics.ranking import topk_hits
 from hf_vrl.metrics.retrieval import retrieval_recall
 from hf_vrl.metrics.rsa import rsa_score
@@ -20,6 +20,7 @@ from hf_vrl.metrics.wilds import FMOW_REGIONS, macro_f1, worst_group_accuracy
 from hf_vrl.metrics.zero_shot import fill_prompt, zero_shot_accuracy, zero_shot_classifier
 
 __all__ = [
+    "TooFewSamplesError",
     "DEFAULT_CS",
     "EVALUATE_MODULES",
     "FMOW_REGIONS",

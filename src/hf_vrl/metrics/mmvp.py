@@ -15,6 +15,7 @@ Scoring (`mmvp_score`, one copy shared with the `evaluate` module) is separate f
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from pathlib import Path
 
 from hf_vrl.errors import UserError
@@ -80,28 +81,64 @@ def _pairs(rows: list[dict[str, str]]) -> list[tuple[int, dict[str, str], dict[s
 
 
 def _check_categories(pairs: list[tuple[int, dict[str, str], dict[str, str]]]) -> None:
-    """Each official pattern keeps one Type spelling, and no spelling spans two patterns (a UserError
-    otherwise, as for every malformed file)."""
-    spelling: dict[str, str] = {}
+    """Each official pattern keeps one Type spelling (its pairs' most common one: a pair that differs is named
+    by its question ids), and no spelling spans two patterns (a UserError otherwise, as for every malformed
+    file)."""
+    types: dict[str, Counter] = {}
     for position, a, _ in pairs:
-        category = category_of_pair(position)
-        known = spelling.setdefault(category, a["Type"])
-        if known != a["Type"]:
+        types.setdefault(category_of_pair(position), Counter())[a["Type"]] += 1
+    spelling = {}
+    for category, counts in types.items():
+        (common, n), *others = counts.most_common()
+        if others and others[0][1] == n:
             raise UserError(
-                f"question {a['Question ID']}: Type {a['Type']!r} where the pairs of '{category}' (pairs "
-                f"{PAIRS_PER_CATEGORY} a pattern, as the official file orders them) say {known!r}"
+                f"the pairs of '{category}' disagree on its Type ({', '.join(map(repr, counts))}, as many "
+                "pairs each): not MMVP-VLM's file"
+            )
+        spelling[category] = common
+    for position, a, b in pairs:
+        known = spelling[category_of_pair(position)]
+        if a["Type"] != known:
+            raise UserError(
+                f"pair {a['Question ID']}/{b['Question ID']}: Type {a['Type']!r} where the other pairs of "
+                f"'{category_of_pair(position)}' ({PAIRS_PER_CATEGORY} pairs a pattern, as the official file "
+                f"orders them) say {known!r}"
             )
     repeated = [t for t in set(spelling.values()) if list(spelling.values()).count(t) > 1]
     if repeated:
         raise UserError(f"Type {repeated[0]!r} spans several of the official patterns: not MMVP-VLM's file")
 
 
+def _with_images(
+    directory: Path, pairs: list[tuple[int, dict[str, str], dict[str, str]]], allow_partial: bool
+) -> list[tuple[int, dict[str, str], dict[str, str], Path, Path]]:
+    """The pairs with their two image paths; a pair missing an image is refused in one line, or, with
+    `allow_partial`, left out (the counts then say how many pairs were scored)."""
+    image_root = _image_root(directory)
+    found, missing = [], []
+    for position, a, b in pairs:
+        paths = [image_root / a["Type"] / f"{row['Question ID']}.jpg" for row in (a, b)]
+        absent = [path for path in paths if not path.is_file()]
+        missing += absent
+        if not absent:
+            found.append((position, a, b, *paths))
+    if missing and not allow_partial:
+        raise UserError(
+            f"MMVP-VLM at {directory}: {len(missing)} of {2 * len(pairs)} images missing (first: "
+            f"{missing[0]}); give the whole folder, or pass --allow-partial to score the pairs whose images "
+            "are there, marked as partial"
+        )
+    if not found:
+        raise UserError(f"MMVP-VLM at {directory}: no pair has both its images (first missing: {missing[0]})")
+    return found
+
+
 def load_mmvp_vlm(directory: str | Path, *, allow_partial: bool = False):
     """Read the official MMVP-VLM layout (`Questions.csv` + `MLLM_VLM Images/<Type>/<qid>.jpg`) into a
     `datasets.Dataset` of pairs: qid_a, qid_b, category (the official pattern, module docstring),
     statement_a, statement_b, image_a, image_b. Consecutive rows form a pair (odd qid first): statement_a is
-    true of image_a, statement_b of image_b. A file of other than the 135 pairs is refused in one line unless
-    `allow_partial`."""
+    true of image_a, statement_b of image_b. A file of other than the 135 pairs, or a folder missing an
+    image, is refused in one line unless `allow_partial` (the pairs missing an image are then left out)."""
     import datasets
 
     directory = Path(directory)
@@ -114,15 +151,11 @@ def load_mmvp_vlm(directory: str | Path, *, allow_partial: bool = False):
             f"{len(MMVP_CATEGORIES)} categories; give the official Questions.csv, or pass --allow-partial to "
             "score it marked as partial"
         )
-    image_root = _image_root(directory)
     cols: dict[str, list] = {k: [] for k in ("qid_a", "qid_b", "category", "statement_a", "statement_b")}
     cols.update(image_a=[], image_b=[])
-    for position, a, b in pairs:
-        for key, row in (("image_a", a), ("image_b", b)):
-            path = image_root / a["Type"] / f"{row['Question ID']}.jpg"
-            if not path.is_file():
-                raise FileNotFoundError(f"MMVP-VLM image missing: {path}")
-            cols[key].append(str(path))
+    for position, a, b, image_a, image_b in _with_images(directory, pairs, allow_partial):
+        cols["image_a"].append(str(image_a))
+        cols["image_b"].append(str(image_b))
         cols["qid_a"].append(int(a["Question ID"]))
         cols["qid_b"].append(int(b["Question ID"]))
         cols["category"].append(category_of_pair(position))

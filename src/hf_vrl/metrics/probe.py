@@ -18,9 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from hf_vrl.errors import UserError
 from hf_vrl.metrics._common import as_labels, as_matrix
 
 logger = logging.getLogger(__name__)
+
+
+class TooFewSamplesError(UserError, ValueError):
+    """Too few training samples per class to carve the validation split that chooses C: one line, with what
+    to do (give one C, or more samples)."""
+
 
 # scikit-learn's C is the inverse L2 strength 1/lambda; CLIP sweeps lambda over [1e-6, 1e6] (log-spaced).
 DEFAULT_CS: tuple[float, ...] = tuple(float(c) for c in np.logspace(-6, 6, 13))
@@ -122,8 +129,11 @@ def linear_probe(
             fit_idx, val_idx = _stratified_split(ytr, val_fraction, np.random.default_rng(seed))
             n_val = int(val_idx.size)
             if n_val == 0 or np.unique(ytr[fit_idx]).size < 2:
-                raise ValueError(
-                    "too few training samples per class to carve a validation split; pass a single C"
+                smallest = int(np.bincount(np.unique(ytr, return_inverse=True)[1]).min())
+                raise TooFewSamplesError(
+                    f"linear probe: {xtr.shape[0]} training samples in {np.unique(ytr).size} classes (the "
+                    f"smallest has {smallest}) are too few to carve a validation split that chooses C: give "
+                    "a single C (hf-vrl eval --probe-c), or more training samples"
                 )
             val_scores = _sweep(xtr[fit_idx], ytr[fit_idx], xtr[val_idx], ytr[val_idx], cs, max_iter)
             best = cs[int(np.argmax([val_scores[f"{c:g}"] for c in cs]))]

@@ -4,10 +4,12 @@ Importing this package registers the models with the transformers Auto classes (
 """
 
 from .auto import register_auto_classes
-from .clue import CLUEConfig, CLUEModel
+from .clue import CLUEConfig, CLUEModel, CLUEPreTrainedModel
+from .dcr import DCRConfig, DCRModel, DCRPreTrainedModel
 from .diffclip import (
     DiffCLIPConfig,
     DiffCLIPModel,
+    DiffCLIPPreTrainedModel,
     DiffCLIPTextConfig,
     DiffCLIPTextModel,
     DiffCLIPTextModelWithProjection,
@@ -21,8 +23,13 @@ register_auto_classes()
 __all__ = [
     "CLUEConfig",
     "CLUEModel",
+    "CLUEPreTrainedModel",
+    "DCRConfig",
+    "DCRModel",
+    "DCRPreTrainedModel",
     "DiffCLIPConfig",
     "DiffCLIPModel",
+    "DiffCLIPPreTrainedModel",
     "DiffCLIPTextConfig",
     "DiffCLIPTextModel",
     "DiffCLIPTextModelWithProjection",

@@ -3,15 +3,16 @@ classes, zero-shot accuracy on other data sets, and the RSA score against the pr
 
 The ID and OOD sets are classified (`classify`) as FLYP evaluates: zero-shot with the text tower as the head
 (prompt ensembling over the target's caption templates, clip_benchmark's scoring: the numbers of
-`evaluate_clip`'s zero_shot task), or, for the cross-entropy baselines (a `HeadClassifier`), with the
-learned head, indexed by class: a set on the head's classes uses it as is, ImageNet-R / -A its rows of their
-200 classes (WiSE-FT's class mask), other sets the rows of their class names; ObjectNet (its 113 folders)
-scores the maximum over its ImageNet classes either way. ObjectNet images lose `objectnet_border` pixels on
-every side first (FLYP / WiSE-FT: 2). Where asked (`macro_f1`) or where a set has the `group_column`, its
-report adds the macro F1 / the worst-group accuracy of the same predictions (Table 4: iWildCam, FMoW). The
-transfer sets are zero-shot with their own templates (a HeadClassifier's encoder, the pre-trained text
-tower); RSA compares the pre-trained and the fine-tuned embeddings of a held-out image-caption set (images
-and captions separately; the paper uses Flickr8K). The frozen model is moved to the evaluated model's device.
+`evaluate_clip`'s zero_shot task), or, for the cross-entropy baselines (a `HeadClassifier`), with the learned
+head, indexed by class: a set on the head's classes uses it as is, ImageNet-R / -A its rows of their 200
+classes (WiSE-FT's class mask), other sets the rows of their class names; ObjectNet (its 113 folders) scores
+the maximum over its ImageNet classes either way. ObjectNet images lose `objectnet_border` pixels on every
+side first (FLYP / WiSE-FT: 2; `hf_vrl.evaluation.scored_images`, as every command scores them). Where asked
+(`macro_f1`) or where a set has the `group_column`, its report adds the macro F1 / the worst-group accuracy of
+the same predictions (Table 4: iWildCam, FMoW). The transfer sets are zero-shot with their own templates (a
+HeadClassifier's encoder, the pre-trained text tower); RSA compares the pre-trained and the fine-tuned
+embeddings of a held-out image-caption set (images and captions separately; the paper uses Flickr8K). The
+frozen model is moved to the evaluated model's device.
 The report:
 
     {"id": {"zero_shot.top1": ..., ["zero_shot.macro_f1", "zero_shot.worst_group"]},
@@ -31,9 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from hf_vrl.data.imagenet import OBJECTNET_BORDER, border_crop
 from hf_vrl.devices import module_device
 from hf_vrl.errors import UserError
-from hf_vrl.evaluation import encode_images, evaluate_clip, imagenet_classes
+from hf_vrl.evaluation import encode_images, evaluate_clip, imagenet_classes, scored_images
 from hf_vrl.methods.dive.head import HeadClassifier, text_classifier
 from hf_vrl.metrics import cb_zero_shot_accuracy
 
@@ -59,26 +61,6 @@ def flatten_report(report: Mapping[str, Any], tasks: Sequence[str]) -> dict[str,
     }
 
 
-def border_crop(image: Any, pixels: int) -> Any:
-    """`image` without `pixels` on every side (WiSE-FT's ObjectNet `crop`: `(2, 2, w - 2, h - 2)`)."""
-    return image if pixels <= 0 else image.crop((pixels, pixels, image.width - pixels, image.height - pixels))
-
-
-class _Cropped(Sequence):
-    """A lazy view of an image column with `border_crop` applied to what is read (ObjectNet)."""
-
-    def __init__(self, images: Any, pixels: int) -> None:
-        self.images, self.pixels = images, pixels
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [border_crop(im, self.pixels) for im in self.images[index]]
-        return border_crop(self.images[index], self.pixels)
-
-
 @dataclass(frozen=True)
 class ClassifySettings:
     """How `classify` scores an ID / OOD set: its extra metrics and ObjectNet's border crop."""
@@ -86,7 +68,7 @@ class ClassifySettings:
     macro_f1: bool = False
     group_column: str | None = "region"
     group_exclude: Sequence[str] = ("Other",)
-    objectnet_border: int = 2
+    objectnet_border: int = OBJECTNET_BORDER
     batch_size: int = 64
 
 
@@ -130,7 +112,6 @@ def _classified(
     dataset_name: str | None,
     settings: ClassifySettings,
 ) -> _Classified:
-    from hf_vrl.data import prompts
     from hf_vrl.data.schema import class_names_of
     from hf_vrl.evaluation import zero_shot_prompts
 
@@ -139,9 +120,7 @@ def _classified(
     labels, names, _, projection = imagenet_classes(dataset_name, labels, class_names_of(dataset))
     if names is None:
         raise UserError(f"{dataset_name or 'a set'}: its 'label' column is not a ClassLabel with class names")
-    images = dataset["image"]
-    if prompts.imagenet_family(dataset_name) == "objectnet" and settings.objectnet_border:
-        images = _Cropped(images, settings.objectnet_border)
+    images = scored_images(dataset["image"], dataset_name, settings.objectnet_border)
     head = model if isinstance(model, HeadClassifier) else None
     encoder = model if head is None else head.encoder
     was_training = encoder.training

@@ -120,6 +120,7 @@ class CLUEPreTrainedModel(PreTrainedModel):
     base_model_prefix = "clue"
     main_input_name = "pixel_values"
     input_modalities = ("image",)
+    supports_gradient_checkpointing = True  # with a ViT backbone; a ResNet one's model says False (CLUEModel)
     _supports_sdpa = True
     # the blocks of both backbones (ViTModel's, ResNetModel's) and the part extractor, whose forward reads its
     # centroids directly: each stays on one device under a device map
@@ -174,7 +175,8 @@ class CLUEModel(CLUEPreTrainedModel):
         self.momentum_backbone = build_backbone(config.backbone_config)
         self.momentum_projector = self._projector(config)
         self.momentum_part_extractor = CLUEPartExtractor(config) if config.num_parts else None
-        # gradient checkpointing is the backbone's (ViTModel has it, ResNetModel not); the class says False
+        # gradient checkpointing is the backbone's (ViTModel has it, ResNetModel not): the class says True, as
+        # the class can with a ViT (what transformers' common tests read), a model of a ResNet says False
         self.supports_gradient_checkpointing = type(self.backbone).supports_gradient_checkpointing
         self.post_init()
         self.freeze_momentum()

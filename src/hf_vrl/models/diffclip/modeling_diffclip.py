@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import PreTrainedModel
+from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling
@@ -54,6 +55,9 @@ try:  # transformers >= 5: initialisers that leave weights loaded from a checkpo
     from transformers import initialization as init
 except ImportError:  # 4.x initialises only the weights a checkpoint lacks, so torch's initialisers do
     from torch.nn import init
+# transformers 4.x's CLIPModel.get_image_features / get_text_features return the projected embedding tensor,
+# 5.x's a BaseModelOutputWithPooling whose pooler_output it is: DiffCLIPModel's follow the installed release
+FEATURES_AS_TENSOR = int(TRANSFORMERS_VERSION.split(".")[0]) < 5
 try:  # transformers >= 5.17; before, the same decorator (same signature, `_can_record_outputs`) had this name
     from transformers.utils.output_capturing import capture_outputs
 except ImportError:
@@ -662,7 +666,7 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     @can_return_tuple
-    def get_text_features(
+    def _text_outputs(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
@@ -681,7 +685,7 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
         return text_outputs
 
     @can_return_tuple
-    def get_image_features(
+    def _image_outputs(
         self,
         pixel_values: torch.Tensor,
         interpolate_pos_encoding: bool = False,
@@ -697,6 +701,35 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
         vision_outputs.pooler_output = self.visual_projection(vision_outputs.pooler_output)
         return vision_outputs
 
+    def get_text_features(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor | tuple | BaseModelOutputWithPooling:
+        """The projected (unnormalised) text embedding `[B, D]` as the installed release's CLIPModel gives it:
+        5.x the text tower's output with it as `pooler_output` (a tuple with return_dict=False), 4.x the
+        tensor (`FEATURES_AS_TENSOR`)."""
+        if FEATURES_AS_TENSOR:
+            kwargs["return_dict"] = True
+            return self._text_outputs(input_ids, attention_mask, position_ids, **kwargs).pooler_output
+        return self._text_outputs(input_ids, attention_mask, position_ids, **kwargs)
+
+    def get_image_features(
+        self,
+        pixel_values: torch.Tensor,
+        interpolate_pos_encoding: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor | tuple | BaseModelOutputWithPooling:
+        """The projected (unnormalised) image embedding `[B, D]` as the installed release's CLIPModel gives
+        it: 5.x the vision tower's output with it as `pooler_output` (a tuple with return_dict=False), 4.x the
+        tensor (`FEATURES_AS_TENSOR`)."""
+        if FEATURES_AS_TENSOR:
+            kwargs["return_dict"] = True
+            return self._image_outputs(pixel_values, interpolate_pos_encoding, **kwargs).pooler_output
+        return self._image_outputs(pixel_values, interpolate_pos_encoding, **kwargs)
+
     @can_return_tuple
     def forward(
         self,
@@ -709,10 +742,10 @@ class DiffCLIPModel(DiffCLIPPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> DiffCLIPOutput:
         """Cosine logits scaled by exp(logit_scale); `return_loss=True` adds CLIP's symmetric loss."""
-        vision_outputs = self.get_image_features(
+        vision_outputs = self._image_outputs(
             pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs
         )
-        text_outputs = self.get_text_features(
+        text_outputs = self._text_outputs(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs
         )
         image_embeds = vision_outputs.pooler_output
