@@ -191,6 +191,45 @@ def test_a_damaged_checkpoint_gives_way_to_the_newest_complete_one(tmp_path, dam
     assert f"checkpoint-4 is incomplete ({damage}" in caplog.text and "skipped" in caplog.text
 
 
+def _earlier_release(checkpoint, lost):
+    """A checkpoint as an earlier release wrote it (no checkpoint.json) that lost `lost`."""
+    (checkpoint / CHECKPOINT_MANIFEST).unlink()
+    (checkpoint / lost).unlink()
+
+
+MALFORMED = {
+    "a list": ["model.safetensors"],
+    "no list of names": {"files": 5},
+    "a name outside": {"files": ["model.safetensors", "../outside.txt"]},
+}
+
+
+@pytest.mark.parametrize("lost", ["optimizer.pt", "scheduler.pt"])
+def test_an_earlier_releases_checkpoint_without_its_optimiser_is_incomplete(tmp_path, lost, caplog):
+    """Issue 37: a checkpoint without checkpoint.json missing optimizer.pt or scheduler.pt was resumed with a
+    fresh optimiser, silently; it is skipped as a listed incomplete one is."""
+    _trainer(tmp_path, 4).train()
+    _earlier_release(tmp_path / "checkpoint-4", lost)
+    with caplog.at_level("WARNING", logger="hf_vrl.run"):
+        assert last_complete_checkpoint(tmp_path, report=True) == tmp_path / "checkpoint-2"
+    assert f"checkpoint-4 is incomplete ({lost} is missing)" in caplog.text
+    (tmp_path / "checkpoint-2" / CHECKPOINT_MANIFEST).unlink()  # complete, of an earlier release: resumed
+    assert checkpoint_problem(tmp_path / "checkpoint-2") is None
+
+
+@pytest.mark.parametrize("manifest", MALFORMED)
+def test_a_malformed_checkpoint_list_makes_the_checkpoint_incomplete(tmp_path, manifest, caplog):
+    """Issue 37: a checkpoint.json that is a list, lists no names or names a file outside its folder was a
+    traceback; the checkpoint is skipped with the reason."""
+    _trainer(tmp_path, 4).train()
+    (tmp_path / "outside.txt").write_text("not the checkpoint's")
+    (tmp_path / "checkpoint-4" / CHECKPOINT_MANIFEST).write_text(json.dumps(MALFORMED[manifest]))
+    with caplog.at_level("WARNING", logger="hf_vrl.run"):
+        assert last_complete_checkpoint(tmp_path, report=True) == tmp_path / "checkpoint-2"
+    reason = "names a file outside" if manifest == "a name outside" else "does not list the checkpoint's"
+    assert f"checkpoint-4 is incomplete ({CHECKPOINT_MANIFEST} {reason}" in caplog.text
+
+
 def test_damage_the_completeness_check_cannot_see_is_one_line_at_load(tmp_path):
     """An RNG state that is a well-formed archive but no torch file: resuming stops with one line."""
     _trainer(tmp_path, 2).train()

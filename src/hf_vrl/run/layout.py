@@ -53,6 +53,7 @@ __all__ = [
     "atomic_dir",
     "atomic_write_json",
     "checkpoint_problem",
+    "checkpoint_run",
     "disk_full_is_one_line",
     "folder_size",
     "last_complete_checkpoint",
@@ -162,11 +163,23 @@ def readable_as_umask(path: str | os.PathLike) -> None:
                 os.chmod(target, (mode & 0o777) | (allowed & ~mask))
 
 
-def write_checkpoint_manifest(folder: str | os.PathLike) -> None:
-    """List every file of the checkpoint `folder` in its `checkpoint.json` (call once all are written)."""
+def write_checkpoint_manifest(folder: str | os.PathLike, run: dict[str, Any] | None = None) -> None:
+    """List every file of the checkpoint `folder` in its `checkpoint.json` (call once all are written), with
+    `run`, the identity of the run that wrote it (`RunConfig.identity`), when the run gave one."""
     folder = Path(folder)
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    atomic_write_json(folder / CHECKPOINT_MANIFEST, {"files": [f for f in files if f != CHECKPOINT_MANIFEST]})
+    manifest: dict[str, Any] = {"files": [f for f in files if f != CHECKPOINT_MANIFEST]}
+    atomic_write_json(folder / CHECKPOINT_MANIFEST, manifest | ({"run": run} if run is not None else {}))
+
+
+def checkpoint_run(folder: Path) -> dict[str, Any] | None:
+    """The identity of the run that wrote the checkpoint `folder` (its checkpoint.json's `run`), or None
+    (a checkpoint of an earlier release, or of a trainer outside a run)."""
+    try:
+        run = json.loads((folder / CHECKPOINT_MANIFEST).read_text()).get("run")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run if isinstance(run, dict) else None
 
 
 def _unreadable(path: Path) -> str | None:
@@ -189,22 +202,51 @@ def _unreadable(path: Path) -> str | None:
     return None
 
 
+# what every Trainer checkpoint holds beside its weights: one of an earlier release (no checkpoint.json)
+# without them would resume with a fresh optimiser and schedule (FSDP saves the optimiser as optimizer_0/)
+OPTIMIZER_STATES = ("optimizer.pt", "optimizer.bin", "optimizer_0")
+SCHEDULER_STATE = "scheduler.pt"
+
+
+def _listed(folder: Path) -> tuple[list[str], str | None]:
+    """The files `checkpoint.json` of `folder` lists, or what is wrong with it (not a list of names inside
+    the checkpoint)."""
+    problem = _unreadable(folder / CHECKPOINT_MANIFEST)
+    if problem is not None:
+        return [], problem
+    manifest = json.loads((folder / CHECKPOINT_MANIFEST).read_text())
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, list) or not all(isinstance(name, str) and name for name in files):
+        return [], f"{CHECKPOINT_MANIFEST} does not list the checkpoint's files"
+    outside = [name for name in files if Path(name).is_absolute() or ".." in Path(name).parts]
+    if outside:
+        return [], f"{CHECKPOINT_MANIFEST} names a file outside the checkpoint ({outside[0]})"
+    return files, None
+
+
+def _earlier_release_gaps(folder: Path) -> list[str]:
+    """The optimiser and schedule states a checkpoint without `checkpoint.json` lacks."""
+    gaps = [] if any((folder / name).exists() for name in OPTIMIZER_STATES) else [OPTIMIZER_STATES[0]]
+    return gaps + ([] if (folder / SCHEDULER_STATE).is_file() else [SCHEDULER_STATE])
+
+
 def checkpoint_problem(folder: Path) -> str | None:
-    """What keeps the checkpoint `folder` from being resumed (a listed file missing or unreadable), or None.
-    A checkpoint of an earlier release (no `checkpoint.json`) is checked by the files it has."""
+    """What keeps the checkpoint `folder` from being resumed (a listed file missing or unreadable, a
+    malformed `checkpoint.json`), or None. A checkpoint of an earlier release (no `checkpoint.json`) is
+    checked by the files it has, and must hold its optimiser and schedule states."""
     if not (folder / CHECKPOINT_COMPLETE_FILE).is_file():
         return f"no {CHECKPOINT_COMPLETE_FILE}"
-    manifest = folder / CHECKPOINT_MANIFEST
-    if manifest.is_file():
-        problem = _unreadable(manifest)
+    if (folder / CHECKPOINT_MANIFEST).is_file():
+        names, problem = _listed(folder)
         if problem is not None:
             return problem
-        files = [folder / name for name in json.loads(manifest.read_text()).get("files", [])]
-        missing = [str(path.relative_to(folder)) for path in files if not path.is_file()]
-        if missing:
-            return f"{', '.join(missing[:3])} {'is' if len(missing) == 1 else 'are'} missing"
+        files = [folder / name for name in names]
+        missing = [name for name, path in zip(names, files) if not path.is_file()]
     else:
         files = [path for path in folder.rglob("*") if path.is_file()]
+        missing = _earlier_release_gaps(folder)
+    if missing:
+        return f"{', '.join(missing[:3])} {'is' if len(missing) == 1 else 'are'} missing"
     return next((problem for path in files if (problem := _unreadable(path))), None)
 
 

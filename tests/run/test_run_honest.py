@@ -1,0 +1,108 @@
+"""Issue 37: a resume reproduces or refuses, a run that turns non-finite stops and says so, and what used to
+fail late or with a traceback is one line before the first write. In-process `hf-vrl` calls."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_run_refusals import listing
+
+from hf_vrl.cli import main
+from hf_vrl.presets import load_preset
+
+
+def refused(argv: list[str], root: Path, capsys) -> str:
+    """Run `hf-vrl argv` in `root`; assert it failed in at most three lines and wrote nothing; the lines."""
+    before = listing(root)
+    capsys.readouterr()
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        code = main(argv)
+    finally:
+        os.chdir(cwd)
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[transformers]")]
+    assert code == 2 and 1 <= len(err) <= 3, err
+    assert listing(root) == before
+    return "\n".join(err)
+
+
+def _deep(levels: int) -> dict:
+    nested: dict = {}
+    for _ in range(levels):
+        nested = {"a": nested}
+    return nested
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory) -> Path:
+    """Configuration files a user may get wrong: nested 3,000 levels (JSON, YAML), Latin-1, no model."""
+    root = tmp_path_factory.mktemp("configs")
+    (root / "deep.json").write_text('{"a": ' * 3000 + "{}" + "}" * 3000)
+    (root / "deep.yaml").write_text("a: " + "[" * 3000 + "]" * 3000 + "\n")
+    (root / "latin1.json").write_bytes('{"description": "caf\u00e9"}'.encode("latin-1"))
+    preset = load_preset("diffclip-tiny")
+    del preset["model"]
+    (root / "no-model.json").write_text(json.dumps(preset))
+    return root
+
+
+SHORT = ["--max-steps", "1", "--train-limit", "64"]
+CONFIG_CASES = {
+    "deep json": (["--config", "deep.json"], "deep.json nests its settings more than 32 levels deep"),
+    "deep yaml": (["--config", "deep.yaml"], "deep.yaml nests its settings more than 32 levels deep"),
+    "deep --set": (
+        ["--set", f"model.architecture.text_config.x={json.dumps(_deep(40))}"],
+        "--set model.architecture.text_config.x: its value nests more than 32 levels deep",
+    ),
+    "not utf-8": (["--config", "latin1.json"], "latin1.json is not UTF-8 text"),
+    "no model section": (
+        ["--config", "no-model.json", *SHORT],
+        "--image-processor tiny-clip makes 32 px images, but the architecture takes 224 px",
+    ),
+    "seed too large": (["--seed", str(2**32), *SHORT], "seed: must lie in [0, 4294967295], got 4294967296"),
+    "seed negative": (["--seed", "-1", *SHORT], "seed: must lie in [0, 4294967295], got -1"),
+    "infinite learning rate": (
+        ["--learning-rate", "inf", *SHORT],
+        "optim.learning_rate: must be a finite number, got inf",
+    ),
+    "infinite weight decay": (
+        ["--weight-decay", "inf", *SHORT],
+        "optim.weight_decay: must be a finite number, got inf",
+    ),
+    "negative hidden size": (
+        ["--set", "model.architecture.vision_config.hidden_size=-8", *SHORT],
+        "model.architecture.vision_config.hidden_size: must be >= 1, got -8",
+    ),
+    "empty output folder": (
+        ["--set", "output.output_dir=", *SHORT],
+        "output.output_dir: must name a folder, got an empty value",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CONFIG_CASES)
+def test_a_configuration_mistake_is_one_line_before_anything_is_written(configs, capsys, case):
+    """Each of these was a traceback (3,000 lines for the nesting), an error about --dataset (--seed -1), a
+    failure after the run folder was written (seed, inf, hidden size, no model section), or a run written
+    to runs/diffclip (the empty output folder)."""
+    argv, expected = CONFIG_CASES[case]
+    output = [] if "output.output_dir=" in argv else ["--output-dir", "run"]
+    message = refused(["train", "diffclip", *argv, *output], configs, capsys)
+    assert expected in message, message
+
+
+def test_crop_scale_none_disables_cropping_as_documented():
+    """`--crop-scale none` (its --help: "none disables cropping") was refused as a list of floats."""
+    from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
+    from hf_vrl.run.parser import parse_run_args
+
+    parsed = parse_run_args(DiffCLIPRunConfig, ["--crop-scale", "0.5", "1", "--crop-scale", "none"])
+    assert parsed.config.diffclip.crop_scale is None
+    assert parse_run_args(DiffCLIPRunConfig, ["--crop-scale", "0.5", "1"]).config.diffclip.crop_scale == [
+        0.5,
+        1.0,
+    ]
