@@ -286,3 +286,17 @@ def test_a_vit_checkpoint_resumes_under_the_new_names_and_a_renamed_tensor_is_re
     message = str(error.value)
     assert "does not fit ViTModel: 1 missing (e.g. layers.0.attention.q_proj.weight)" in message
     assert "1 unexpected" in message and len(message.splitlines()) == 1
+
+
+def test_weights_that_turn_non_finite_are_never_checkpointed(tmp_path):
+    """Plain SGD at 1e38: the first update overflows the weights while its loss was finite (issue 37). No
+    checkpoint of them is written (a NaN one used to be, rotating the finite ones away), and training stops
+    with one line saying so."""
+    from hf_vrl.divergence import Diverged
+
+    settings = dict(optim="sgd", learning_rate=1e38, max_grad_norm=0.0, save_steps=1)
+    with pytest.raises(Diverged) as error:
+        _trainer(tmp_path, 4, **settings).train()
+    message = str(error.value)
+    assert message.startswith("the weights turned non-finite at step 1: training stopped there and no ")
+    assert len(message.splitlines()) == 1 and not list(tmp_path.glob("checkpoint-*"))

@@ -106,3 +106,25 @@ def test_crop_scale_none_disables_cropping_as_documented():
         0.5,
         1.0,
     ]
+
+
+def test_a_loss_that_turns_non_finite_stops_the_run_and_keeps_the_last_finite_checkpoint(tmp_path, capsys):
+    """`--learning-rate 1e10` wrote NaN checkpoints, rotated the finite ones away, wrote a NaN final/, then a
+    traceback (issue 37). Now the run stops at the step whose loss is NaN, in one line naming the checkpoint
+    it keeps; every checkpoint left is finite, and there is no final/."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    argv = ["train", "diffclip", "--learning-rate", "1e10", "--max-steps", "8", "--save-steps", "1"]
+    argv += ["--train-limit", "64", "--batch-size", "16", "--no-eval-before", "--no-eval-after"]
+    capsys.readouterr()
+    assert main([*argv, "--no-figures", "--output-dir", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-vrl")]
+    assert len(err) == 1 and "the loss turned NaN at step" in err[0], err
+    kept = sorted((out / "checkpoints/train").glob("checkpoint-*"))
+    assert kept and f"{kept[-1]} is the last checkpoint, kept" in err[0]
+    assert int(err[0].split("at step ")[1].split(":")[0]) == int(kept[-1].name.split("-")[1]) + 1
+    for checkpoint in kept:
+        weights = load_file(checkpoint / "model.safetensors")
+        assert all(tensor.isfinite().all() for tensor in weights.values()), checkpoint
+    assert not (out / "final").exists()
