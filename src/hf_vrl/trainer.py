@@ -9,6 +9,7 @@ loss as already normalised by ``num_items_in_batch`` and skip the division: GA-t
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -87,6 +88,13 @@ class VRLTrainingArguments(TrainingArguments):
         default=None,
         metadata={
             "help": "TensorBoard's folder (transformers 5 reads it only from TENSORBOARD_LOGGING_DIR)."
+        },
+    )
+    run_identity: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSON of what defines the run (hf_vrl.run: RunConfig.identity), recorded in each "
+            "checkpoint's checkpoint.json so that a resume refuses another run's checkpoint."
         },
     )
 
@@ -419,7 +427,8 @@ class VRLTrainer(Trainer):
         self.accelerator.wait_for_everyone()  # every process has written its RNG state
         if self.args.should_save:
             readable_as_umask(os.path.join(staging, name))
-            write_checkpoint_manifest(os.path.join(staging, name))
+            identity = getattr(self.args, "run_identity", None)
+            write_checkpoint_manifest(os.path.join(staging, name), json.loads(identity) if identity else None)
             target = os.path.join(run_dir, name)
             if os.path.isdir(target):  # saved again at the same step (the end of training)
                 shutil.rmtree(target)

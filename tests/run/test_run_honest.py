@@ -128,3 +128,71 @@ def test_a_loss_that_turns_non_finite_stops_the_run_and_keeps_the_last_finite_ch
         weights = load_file(checkpoint / "model.safetensors")
         assert all(tensor.isfinite().all() for tensor in weights.values()), checkpoint
     assert not (out / "final").exists()
+
+
+TINY_RUN = ["train", "diffclip", "--max-steps", "2", "--save-steps", "2", "--train-limit", "64"]
+TINY_RUN += ["--batch-size", "16", "--no-eval-before", "--no-eval-after", "--no-figures"]
+
+
+def trained(root: Path, name: str, *argv: str) -> Path:
+    """A finished tiny DiffCLIP run in `root`/`name` (checkpoint-2 and final/)."""
+    assert main([*TINY_RUN, *argv, "--output-dir", str(root / name)]) == 0
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """Two finished runs of the same architecture and data: seed 0 and seed 1."""
+    root = tmp_path_factory.mktemp("runs")
+    trained(root, "seed0")
+    trained(root, "seed1", "--seed", "1")
+    return root
+
+
+def test_a_resume_with_other_evaluation_settings_is_refused(runs, capsys):
+    """A resume with another --eval-dataset or --eval-limit was accepted: "before" measured on shapes,
+    "after" on digits, the card labelling both as digits (issue 37)."""
+    resume = [*TINY_RUN, "--output-dir", "seed0", "--resume"]
+    message = refused([*resume, "--eval-dataset", "digits"], runs, capsys)
+    assert "was started with other settings (eval.eval_dataset: 'shapes' there, 'digits' now)" in message
+    message = refused([*resume, "--eval-limit", "5"], runs, capsys)
+    assert "eval.eval_limit:" in message and "5 now" in message
+
+
+def test_a_checkpoint_of_another_run_is_not_resumed(runs, tmp_path, capsys):
+    """The seed-1 run's checkpoint moved into the seed-0 run (same architecture) was resumed silently, its
+    result 0.79 away from the seed-0 run's (issue 37); each checkpoint names the run that wrote it."""
+    import shutil
+
+    out = tmp_path / "seed0"
+    shutil.copytree(runs / "seed0", out)
+    shutil.rmtree(out / "final")
+    shutil.rmtree(out / "checkpoints/train/checkpoint-2")
+    shutil.copytree(runs / "seed1/checkpoints/train/checkpoint-2", out / "checkpoints/train/checkpoint-2")
+    message = refused([*TINY_RUN, "--output-dir", "seed0", "--resume"], tmp_path, capsys)
+    assert "checkpoint-2 was written by another run (seed: 1 there, 0 now)" in message
+
+
+def test_data_edited_between_a_run_and_its_resume_is_refused(tmp_path, capsys):
+    """Images edited or deleted between a run and its resume were not noticed (issue 37): the run records
+    the names, sizes and times of the files a map-style source reads, and a resume compares them."""
+    from PIL import Image
+
+    images = tmp_path / "images" / "train"
+    images.mkdir(parents=True)
+    for i in range(64):
+        Image.new("RGB", (32, 32), (4 * i, 255 - 4 * i, 0)).save(images / f"{i}.png")
+    (images / "metadata.csv").write_text(
+        "file_name,caption\n" + "".join(f"{i}.png,red {i}\n" for i in range(64))
+    )
+    data = ["--dataset", f"imagefolder:{tmp_path / 'images'}"]
+    out = trained(tmp_path, "run", *data)
+    recorded = json.loads((out / "config.json").read_text())["data_files"]["--dataset"]
+    assert recorded["files"] == 65 and len(recorded["sha256"]) == 64
+    resume = [*TINY_RUN, *data, "--output-dir", "run", "--resume"]
+    assert main([*resume[:-3], "--output-dir", str(out), "--resume"]) == 0  # unchanged: the run stands
+    Image.new("RGB", (32, 32), (0, 0, 255)).save(images / "7.png")
+    message = refused(resume, tmp_path, capsys)
+    assert "the files of --dataset changed since" in message and "65 files" in message
+    (images / "8.png").unlink()
+    assert "64 files" in refused(resume, tmp_path, capsys)

@@ -72,7 +72,7 @@ def test_resume_refuses_another_configuration_and_names_the_difference(tmp_path)
 def test_resume_accepts_changes_that_do_not_define_the_run(tmp_path):
     run = recorded(tmp_path, config())
     changed = config(
-        **{"output.logging_steps": 1, "data.num_workers": 2, "eval.eval_limit": 10, "compile": "off"}
+        **{"output.logging_steps": 1, "data.num_workers": 2, "eval.eval_before": False, "compile": "off"}
     )
     assert run.open(changed, resume="auto") is True
 

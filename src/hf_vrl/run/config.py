@@ -46,6 +46,7 @@ __all__ = [
 
 PRESET_INFO_KEYS = ("method", "description", "notes")  # a preset's documentation, not settings
 LAUNCH = "launch"  # <run>/config.json's record of the launch that wrote it (processes, FSDP), not a setting
+DATA_FILES = "data_files"  # <run>/config.json's record of the local data it read (run.data.data_fingerprint)
 SHARED_SECTIONS = ("data", "optim", "eval", "output")
 
 # -- declaring settings ------------------------------------------------------------------------------------
@@ -64,9 +65,10 @@ def setting(
 ) -> Any:
     """A configuration field. `check` returns what is wrong with a value (None when it is fine); `identity`
     says whether the field belongs to what a run *is* (resuming with a different value is refused) rather
-    than to how it is watched, where it writes or how much memory it takes (logging, evaluation, loader
-    workers, micro-batches, recomputation); a function of the configuration where that depends on other
-    settings (the micro-batch defines the run under micro_batch accumulation only)."""
+    than to how it is watched, where it writes or how much memory it takes (logging, loader workers,
+    micro-batches, recomputation); a function of the configuration where that depends on other settings
+    (the micro-batch defines the run under micro_batch accumulation only). The evaluation's data and tasks
+    define the run too: its report sets "before" against "after", which a resume must not measure apart."""
     metadata = {"help": help, "check": check, "identity": identity}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
@@ -241,14 +243,10 @@ class OptimConfig:
 class EvalConfig:
     """Evaluation before and after training."""
 
-    eval_dataset: str | None = setting(
-        None, "evaluation data (registry name or path; default: none)", identity=False
-    )
-    eval_split: str = setting("test", "evaluation split", identity=False)
-    eval_limit: int | None = setting(
-        None, "evaluate on at most this many samples", check=at_least(1), identity=False
-    )
-    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)", identity=False)
+    eval_dataset: str | None = setting(None, "evaluation data (registry name or path; default: none)")
+    eval_split: str = setting("test", "evaluation split")
+    eval_limit: int | None = setting(None, "evaluate on at most this many samples", check=at_least(1))
+    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)")
     eval_before: bool = setting(True, "evaluate the model before training", identity=False)
     eval_after: bool = setting(True, "evaluate the model after training", identity=False)
     figures: bool = setting(True, "draw the method's figures into <run>/figures/", identity=False)
@@ -669,6 +667,7 @@ def resolve(
     preset = dict(preset or {})
     method = preset.pop("method", cls.method)
     preset.pop(LAUNCH, None)
+    preset.pop(DATA_FILES, None)
     for key in PRESET_INFO_KEYS:
         preset.pop(key, None)
     if method != cls.method:

@@ -39,7 +39,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -433,12 +433,14 @@ class RunDir:
             return None
         return recorded if isinstance(recorded, dict) else None
 
-    def record_config(self, config: Any, launch: Launch) -> None:
-        """Write config.json: the configuration, and the launch that runs it (`Launch`, what a resume on
-        another launch is checked against)."""
-        from hf_vrl.run.config import LAUNCH
+    def record_config(self, config: Any, launch: Launch, data: Mapping[str, Any] | None = None) -> None:
+        """Write config.json: the configuration, the launch that runs it (`Launch`, what a resume on another
+        launch is checked against) and `data`, the fingerprints of the local data it reads ({setting:
+        `hf_vrl.run.data.data_fingerprint`}, what a resume compares; none: nothing local)."""
+        from hf_vrl.run.config import DATA_FILES, LAUNCH
 
-        atomic_write_json(self.config_file, {**config.to_dict(), LAUNCH: dataclasses.asdict(launch)})
+        recorded = {**config.to_dict(), LAUNCH: dataclasses.asdict(launch)}
+        atomic_write_json(self.config_file, recorded | ({DATA_FILES: dict(data)} if data else {}))
 
     def recorded_launch(self, recorded_config: dict[str, Any]) -> Launch | None:
         """The launch of the recorded run (`recorded_config`'s, as config.json holds it; for an earlier
@@ -459,13 +461,20 @@ class RunDir:
                     return Launch(processes, (checkpoint / "pytorch_model_fsdp_0").is_dir())
         return None
 
-    def open(self, config: Any, resume: str | None, launch: Launch | None = None) -> bool:
-        """Check the resume rules for `config` run by `launch` (default: this process's); returns whether
-        this continues a recorded run.
+    def open(
+        self,
+        config: Any,
+        resume: str | None,
+        launch: Launch | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Check the resume rules for `config` run by `launch` (default: this process's) on `data` (the
+        fingerprints `record_config` records); returns whether this continues a recorded run.
 
         Without `resume` the folder must not hold a run. With `resume="auto"` a folder without a run starts
         fresh. Resuming compares the recorded configuration's identity on its launch (`RunConfig.identity`)
-        with this one's on `launch`.
+        with this one's on `launch`, the recorded data's fingerprints with `data`, and the run that wrote
+        each checkpoint to be resumed (its checkpoint.json) with this one.
         """
         launch = launch or Launch.current()
         self.check_writable()
@@ -485,7 +494,50 @@ class RunDir:
                 "configuration: choose another --output-dir"
             )
         self._check_same_run(config, recorded, launch)
+        self._check_same_data(recorded, data or {})
+        self._check_checkpoints_are_this_runs(config.identity(launch.processes), resume)
         return True
+
+    def _check_same_data(self, recorded: dict[str, Any], data: Mapping[str, Any]) -> None:
+        """The local data the run read is as it was (`record_config`'s fingerprints; a run of an earlier
+        release recorded none)."""
+        from hf_vrl.run.config import DATA_FILES
+
+        for setting, then in (recorded.get(DATA_FILES) or {}).items():
+            now = data.get(setting)
+            if now is None or then == now:
+                continue
+            files = f"{then.get('files')} files, {_size(then.get('bytes', 0))} then; "
+            files += f"{now['files']} files, {_size(now['bytes'])} now"
+            raise UserError(
+                f"the files of {setting} changed since {self.root} started ({files}; edits, deletions or "
+                "new times): restore them, or start a new run in another --output-dir"
+            )
+
+    def _check_checkpoints_are_this_runs(self, identity: Mapping[str, Any], resume: str) -> None:
+        """Each checkpoint this resume would load was written by this run (checkpoint.json's `run`, as
+        `RunConfig.identity` gives it; a checkpoint of an earlier release names none)."""
+        stages = self.root / "checkpoints"
+        if resume != "auto":
+            found = [Path(resume)]
+        else:
+            found = (
+                [last_complete_checkpoint(s) for s in stages.iterdir() if s.is_dir()]
+                if stages.is_dir()
+                else []
+            )
+        identity = json.loads(json.dumps(identity))  # as checkpoint.json holds it (lists, string keys)
+        for checkpoint in (c for c in found if c is not None):
+            then = checkpoint_run(checkpoint) or identity
+            changed = [key for key in {**identity, **then} if then.get(key) != identity.get(key)]
+            if changed:
+                listing = "; ".join(
+                    f"{key}: {then.get(key)!r} there, {identity.get(key)!r} now" for key in changed[:3]
+                )
+                raise UserError(
+                    f"{checkpoint} was written by another run ({listing}): move it out of {self.root}, or "
+                    "resume it in its own run folder"
+                )
 
     def _same_run(self, config: Any, recorded: dict[str, Any], launch: Launch | None = None) -> bool:
         try:
