@@ -196,3 +196,57 @@ def test_data_edited_between_a_run_and_its_resume_is_refused(tmp_path, capsys):
     assert "the files of --dataset changed since" in message and "65 files" in message
     (images / "8.png").unlink()
     assert "64 files" in refused(resume, tmp_path, capsys)
+
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def unprivileged(tmp_path_factory):
+    """A folder this test's user owns, and a context in which the user is not root (root writes anywhere:
+    the test drops to `nobody` for the call, as a user's run would be), for permission checks."""
+    import contextlib
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="hf-vrl-perm-"))
+    root.chmod(0o755)
+
+    @contextlib.contextmanager
+    def as_user():
+        if os.geteuid() != 0:
+            yield
+            return
+        for parent, dirs, files in os.walk(root):
+            for name in [*dirs, *files, "."]:
+                os.chown(Path(parent, name), NOBODY, NOBODY)
+        os.setegid(NOBODY)
+        os.seteuid(NOBODY)
+        try:
+            yield
+        finally:
+            os.seteuid(0)
+            os.setegid(0)
+
+    yield root, as_user
+    for parent, dirs, _ in os.walk(root):
+        for name in dirs:
+            Path(parent, name).chmod(0o755)
+    shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("read_only", ["parent", "parent/run", "parent/run/checkpoints"])
+def test_a_read_only_folder_is_refused_before_training(unprivileged, capsys, read_only):
+    """A read-only checkpoints/, parent or run folder was a traceback, the run folder's after 16 steps of
+    training (issue 37); now one line before anything is written."""
+    root, as_user = unprivileged
+    (root / "parent/run/checkpoints").mkdir(parents=True)
+    (root / "parent/run/.hf-vrl-run").write_text("{}")
+    (root / "a-file").write_text("x")
+    target = root / ("parent/new-run" if read_only == "parent" else "parent/run")
+    argv = ["train", "diffclip", *SHORT, "--output-dir"]
+    assert "is a file" in refused([*argv, str(root / "a-file")], root, capsys)  # imports what comes next
+    with as_user():
+        (root / read_only).chmod(0o555)
+        message = refused([*argv, str(target)], root, capsys)
+    assert f"{root / read_only} is not writable here" in message, message

@@ -387,6 +387,30 @@ class RunDir:
                 f"--output-dir {self.root} is not empty and is not an hf_vrl run folder: give a new or empty "
                 "folder (hf_vrl clears only what it wrote)"
             )
+        blocked = self._unwritable()
+        if blocked is not None:
+            made = "" if blocked == self.root else f" (--output-dir {self.root} is made and written in it)"
+            raise UserError(
+                f"{blocked} is not writable here{made}: give this user write permission to it, or choose "
+                "another --output-dir"
+            )
+
+    def _unwritable(self) -> Path | None:
+        """The first folder a run writes in that this process may not write in (permissions, a read-only
+        file system): the run folder and its folders, or the nearest existing folder above a new one."""
+        if not self.root.exists():
+            above = self.root.absolute().parent
+            while not above.exists():
+                above = above.parent
+            folders = [above]
+        else:
+            stages = self.root / "checkpoints"
+            folders = [self.root, stages, self.final, self.inputs, self.logs, self.exports, self.figures]
+            folders += sorted(stages.iterdir()) if stages.is_dir() else []
+        writable = os.W_OK | os.X_OK
+        return next(
+            (f for f in folders if f.is_dir() and not os.access(f, writable, effective_ids=True)), None
+        )
 
     def mark(self) -> None:
         """Mark the folder as hf_vrl's (`RUN_MARKER`), before the run's first write."""
