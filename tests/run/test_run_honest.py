@@ -250,3 +250,27 @@ def test_a_read_only_folder_is_refused_before_training(unprivileged, capsys, rea
         (root / read_only).chmod(0o555)
         message = refused([*argv, str(target)], root, capsys)
     assert f"{root / read_only} is not writable here" in message, message
+
+
+def test_an_image_without_read_permission_is_skipped_and_counted(unprivileged):
+    """An image this user may not read was a traceback (issue 37: PermissionError raised again while the
+    first was judged); it is skipped and counted as "unreadable_image", as a damaged image is."""
+    from datasets import Dataset
+    from datasets import Image as ImageFeature
+    from PIL import Image
+
+    from hf_vrl.data.generic import _without_bad_images
+    from hf_vrl.data.images import SampleFilter
+
+    root, as_user = unprivileged
+    paths = [str(root / f"{i}.png") for i in range(3)]
+    for i, path in enumerate(paths):
+        Image.new("RGB", (16, 16), (80 * i, 0, 0)).save(path)
+    rows = Dataset.from_dict({"image": paths}).cast_column("image", ImageFeature(decode=False))
+    skips = SampleFilter("images")
+    with as_user():
+        Path(paths[1]).chmod(0o000)
+        with pytest.warns(UserWarning, match="unreadable_image"):
+            kept = _without_bad_images(rows, "image", skips)
+    assert [row["image"]["path"] for row in kept] == [paths[0], paths[2]]
+    assert dict(skips.counts) == {"unreadable_image": 1}
