@@ -723,12 +723,19 @@ def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> 
 
 
 def load_eval_dataset(
-    name: str, *, split: str, limit: int | None = None, image_size: int | None = None, seed: int = 0
+    name: str,
+    *,
+    split: str,
+    limit: int | None = None,
+    image_size: int | None = None,
+    seed: int = 0,
+    sample_filter: Any = None,
 ):
     """A map-style dataset from the `hf_vrl.data` registry (imported here: the metrics stay independent of
     it); a folder or Hub copy whose path names a benchmark ("imagefolder:/data/objectnet") is read as that
     benchmark (`load_counted_dataset`, counts not checked). Streamed sources (webdataset, parquet, csv) are
-    materialised, which needs a `limit`. A dataset that cannot be loaded raises a UserError saying why."""
+    materialised, which needs a `limit`. A dataset that cannot be loaded raises a UserError saying why.
+    `sample_filter` (`hf_vrl.data.images.SampleFilter`) counts the images skipped as unusable."""
     import datasets
 
     from hf_vrl.data.registry import load_dataset_by_name
@@ -736,7 +743,10 @@ def load_eval_dataset(
     if _benchmark_source(name) is not None:
         return load_counted_dataset(name, split=split, allow_partial=True, limit=limit, seed=seed)[0]
     try:
-        ds = load_dataset_by_name(name, split=split, limit=limit, image_size=image_size, seed=seed)
+        filtered = {"sample_filter": sample_filter} if sample_filter is not None else {}
+        ds = load_dataset_by_name(
+            name, split=split, limit=limit, image_size=image_size, seed=seed, **filtered
+        )
     except (FileNotFoundError, ImportError, ValueError) as error:
         raise UserError(f"cannot load the {split} split of dataset {name!r}: {error}") from error
     if isinstance(ds, datasets.IterableDataset):
@@ -769,19 +779,21 @@ def load_counted_dataset(
     image_size: int | None = None,
     seed: int = 0,
     level: str | None = None,
+    sample_filter: Any = None,
 ) -> tuple[Any, dict[str, Any] | None]:
     """(dataset, counts record) of `split`: a benchmark of `hf_vrl.data.benchmarks` (named by its registry
     prefix, or a folder / Hub copy whose path names it) is read from its published layout and its images and
     classes checked against the official counts before anything is scored: a partial copy is refused in one
     line unless `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there. A user's
     own data loads as `load_eval_dataset` does, with no record. `level`: the label level of FGVC-Aircraft /
-    Stanford Cars ("variant" / "model")."""
+    Stanford Cars ("variant" / "model"); `sample_filter` counts a user's data's skipped images."""
     from hf_vrl.data.benchmarks import check_counts
     from hf_vrl.data.layouts import load_benchmark, subset
 
     found = _benchmark_source(name)
     if found is None:
-        return load_eval_dataset(name, split=split, limit=limit, image_size=image_size, seed=seed), None
+        data = {"image_size": image_size, "seed": seed, "sample_filter": sample_filter}
+        return load_eval_dataset(name, split=split, limit=limit, **data), None
     key, source, prefix_level = found
     dataset, counts = load_benchmark(key, source, split, level=level or prefix_level)
     check_counts(counts, name, allow_partial=allow_partial)

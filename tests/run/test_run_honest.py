@@ -274,3 +274,31 @@ def test_an_image_without_read_permission_is_skipped_and_counted(unprivileged):
             kept = _without_bad_images(rows, "image", skips)
     assert [row["image"]["path"] for row in kept] == [paths[0], paths[2]]
     assert dict(skips.counts) == {"unreadable_image": 1}
+
+
+def test_eval_reports_the_images_it_skipped(tmp_path, capsys):
+    """`hf-vrl eval` skipped a damaged image without a word in its report (issue 37); the report counts the
+    skipped samples of each split by kind, as a run's report does, and the summary prints them."""
+    import torch
+    from PIL import Image
+    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel
+
+    from hf_vrl.presets import HUB_CONFIGS
+
+    torch.manual_seed(0)
+    model = tmp_path / "clip"
+    CLIPModel(AutoConfig.from_pretrained(HUB_CONFIGS / "tiny-clip")).save_pretrained(model)
+    AutoImageProcessor.from_pretrained(HUB_CONFIGS / "tiny-clip").save_pretrained(model)
+    AutoTokenizer.from_pretrained(HUB_CONFIGS / "tiny-clip").save_pretrained(model)
+    for name, colour in (("circle", (200, 0, 0)), ("square", (0, 0, 200))):
+        for i in range(3):
+            (tmp_path / "images/test" / name).mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (16, 16), colour).save(tmp_path / "images/test" / name / f"{i}.png")
+    (tmp_path / "images/test/square/2.png").write_bytes(b"not an image at all")
+    argv = ["eval", "--model", str(model), "--dataset", f"imagefolder:{tmp_path / 'images'}"]
+    argv += ["--tasks", "zero_shot", "--no-figures", "--output-dir", str(tmp_path / "out")]
+    capsys.readouterr()
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "out/report.json").read_text())
+    assert report["skipped_samples"] == {"test": {"corrupt_image": 1}}
+    assert "skipped samples (test): corrupt_image 1" in capsys.readouterr().out
