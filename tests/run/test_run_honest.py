@@ -302,3 +302,16 @@ def test_eval_reports_the_images_it_skipped(tmp_path, capsys):
     report = json.loads((tmp_path / "out/report.json").read_text())
     assert report["skipped_samples"] == {"test": {"corrupt_image": 1}}
     assert "skipped samples (test): corrupt_image 1" in capsys.readouterr().out
+
+
+def test_a_deeply_nested_mapping_given_to_train_is_one_error(tmp_path):
+    """`hf_vrl.run.train` with a mapping setting nested 3,000 levels was a RecursionError; it is refused as
+    a file nested so deep is, before anything is written."""
+    from hf_vrl.errors import UserError
+    from hf_vrl.run import train
+
+    preset = load_preset("diffclip-tiny")
+    preset["model"]["image_processor_kwargs"] = _deep(3000)
+    with pytest.raises(UserError, match="the given configuration nests its settings more than 32 levels"):
+        train("diffclip", preset, output_dir=str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()

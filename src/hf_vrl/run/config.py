@@ -678,6 +678,10 @@ def resolve(
     values: dict[str, Any] = dict(preset)
     for path, value in (overrides or {}).items():
         _set_path(values, path.split("."), value)
+    if nesting_depth(values) > MAX_DEPTH:  # a mapping given to `hf_vrl.run.train`, as a file is checked
+        raise UserError(
+            f"{source} nests its settings more than {MAX_DEPTH} levels deep: no configuration does"
+        )
     problems: list[str] = []
     config = _build(cls, values, "", problems)
     try:
