@@ -191,6 +191,45 @@ def test_a_damaged_checkpoint_gives_way_to_the_newest_complete_one(tmp_path, dam
     assert f"checkpoint-4 is incomplete ({damage}" in caplog.text and "skipped" in caplog.text
 
 
+def _earlier_release(checkpoint, lost):
+    """A checkpoint as an earlier release wrote it (no checkpoint.json) that lost `lost`."""
+    (checkpoint / CHECKPOINT_MANIFEST).unlink()
+    (checkpoint / lost).unlink()
+
+
+MALFORMED = {
+    "a list": ["model.safetensors"],
+    "no list of names": {"files": 5},
+    "a name outside": {"files": ["model.safetensors", "../outside.txt"]},
+}
+
+
+@pytest.mark.parametrize("lost", ["optimizer.pt", "scheduler.pt"])
+def test_an_earlier_releases_checkpoint_without_its_optimiser_is_incomplete(tmp_path, lost, caplog):
+    """Issue 37: a checkpoint without checkpoint.json missing optimizer.pt or scheduler.pt was resumed with a
+    fresh optimiser, silently; it is skipped as a listed incomplete one is."""
+    _trainer(tmp_path, 4).train()
+    _earlier_release(tmp_path / "checkpoint-4", lost)
+    with caplog.at_level("WARNING", logger="hf_vrl.run"):
+        assert last_complete_checkpoint(tmp_path, report=True) == tmp_path / "checkpoint-2"
+    assert f"checkpoint-4 is incomplete ({lost} is missing)" in caplog.text
+    (tmp_path / "checkpoint-2" / CHECKPOINT_MANIFEST).unlink()  # complete, of an earlier release: resumed
+    assert checkpoint_problem(tmp_path / "checkpoint-2") is None
+
+
+@pytest.mark.parametrize("manifest", MALFORMED)
+def test_a_malformed_checkpoint_list_makes_the_checkpoint_incomplete(tmp_path, manifest, caplog):
+    """Issue 37: a checkpoint.json that is a list, lists no names or names a file outside its folder was a
+    traceback; the checkpoint is skipped with the reason."""
+    _trainer(tmp_path, 4).train()
+    (tmp_path / "outside.txt").write_text("not the checkpoint's")
+    (tmp_path / "checkpoint-4" / CHECKPOINT_MANIFEST).write_text(json.dumps(MALFORMED[manifest]))
+    with caplog.at_level("WARNING", logger="hf_vrl.run"):
+        assert last_complete_checkpoint(tmp_path, report=True) == tmp_path / "checkpoint-2"
+    reason = "names a file outside" if manifest == "a name outside" else "does not list the checkpoint's"
+    assert f"checkpoint-4 is incomplete ({CHECKPOINT_MANIFEST} {reason}" in caplog.text
+
+
 def test_damage_the_completeness_check_cannot_see_is_one_line_at_load(tmp_path):
     """An RNG state that is a well-formed archive but no torch file: resuming stops with one line."""
     _trainer(tmp_path, 2).train()
@@ -247,3 +286,17 @@ def test_a_vit_checkpoint_resumes_under_the_new_names_and_a_renamed_tensor_is_re
     message = str(error.value)
     assert "does not fit ViTModel: 1 missing (e.g. layers.0.attention.q_proj.weight)" in message
     assert "1 unexpected" in message and len(message.splitlines()) == 1
+
+
+def test_weights_that_turn_non_finite_are_never_checkpointed(tmp_path):
+    """Plain SGD at 1e38: the first update overflows the weights while its loss was finite (issue 37). No
+    checkpoint of them is written (a NaN one used to be, rotating the finite ones away), and training stops
+    with one line saying so."""
+    from hf_vrl.divergence import Diverged
+
+    settings = dict(optim="sgd", learning_rate=1e38, max_grad_norm=0.0, save_steps=1)
+    with pytest.raises(Diverged) as error:
+        _trainer(tmp_path, 4, **settings).train()
+    message = str(error.value)
+    assert message.startswith("the weights turned non-finite at step 1: training stopped there and no ")
+    assert len(message.splitlines()) == 1 and not list(tmp_path.glob("checkpoint-*"))

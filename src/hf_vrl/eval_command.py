@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 from hf_vrl import evaluation
+from hf_vrl.data.images import SampleFilter
+from hf_vrl.run.data import rows_summary
 
 logger = logging.getLogger(__name__)
 
@@ -215,15 +217,20 @@ def main(argv: list[str] | None = None) -> int:
     check_data(args.dataset, "--dataset")
     dataset = train = None
     counts: dict[str, Any] = {}
+    skips = {split: SampleFilter(f"{args.dataset} ({split})") for split in (args.split, args.train_split)}
     if args.dataset is not None:  # the data and its counts before any model is loaded
         data = {"image_size": args.image_size, "seed": args.seed, "allow_partial": args.allow_partial}
         data["tasks"] = args.tasks
         dataset, counts[args.split] = evaluation.load_counted_dataset(
-            args.dataset, split=args.split, limit=args.limit, **data
+            args.dataset, split=args.split, limit=args.limit, sample_filter=skips[args.split], **data
         )
         if "linear_probe" in args.tasks:
             train, counts[args.train_split] = evaluation.load_counted_dataset(
-                args.dataset, split=args.train_split, limit=args.train_limit, **data
+                args.dataset,
+                split=args.train_split,
+                limit=args.train_limit,
+                **data,
+                sample_filter=skips[args.train_split],
             )
     mmvp = args.mmvp_dir
     if mmvp is not None:
@@ -252,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "probe_c": args.probe_c if train is not None else None,
         "protocol": args.protocol,
         "seed": args.seed,
+        "skipped_samples": {split: dict(skips[split].counts) for split in skips if split in counts},
         "complete": False,
     }
     counts = {split: record for split, record in counts.items() if record is not None}
@@ -295,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     report["complete"] = True
     write(report)
     print(_summary(report))
+    for split, skipped in report["skipped_samples"].items():
+        print(f"skipped samples ({split}): {rows_summary(skipped)}")
     for split, record in report.get("counts", {}).items():
         if not record["complete"]:
             print(f"PARTIAL {split}: {record['described']} (these numbers are not the benchmark's)")

@@ -784,13 +784,20 @@ def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> 
 
 
 def load_eval_dataset(
-    name: str, *, split: str, limit: int | None = None, image_size: int | None = None, seed: int = 0
+    name: str,
+    *,
+    split: str,
+    limit: int | None = None,
+    image_size: int | None = None,
+    seed: int = 0,
+    sample_filter: Any = None,
 ):
     """A map-style dataset from the `hf_vrl.data` registry (imported here: the metrics stay independent of
     it); a benchmark (`<key>:<where>`, a registered Hub mirror, a publisher's annotated folder) is read as
     that benchmark (`load_counted_dataset`, counts not checked). Streamed sources (webdataset, parquet,
     csv) are materialised, which needs a `limit`. A dataset that cannot be loaded raises a UserError saying
-    why."""
+    why.
+    `sample_filter` (`hf_vrl.data.images.SampleFilter`) counts the images skipped as unusable."""
     import datasets
 
     from hf_vrl.data.registry import load_dataset_by_name
@@ -798,7 +805,10 @@ def load_eval_dataset(
     if _benchmark_source(name) is not None:
         return load_counted_dataset(name, split=split, allow_partial=True, limit=limit, seed=seed)[0]
     try:
-        ds = load_dataset_by_name(name, split=split, limit=limit, image_size=image_size, seed=seed)
+        filtered = {"sample_filter": sample_filter} if sample_filter is not None else {}
+        ds = load_dataset_by_name(
+            name, split=split, limit=limit, image_size=image_size, seed=seed, **filtered
+        )
     except (FileNotFoundError, ImportError, ValueError) as error:
         raise UserError(f"cannot load the {split} split of dataset {name!r}: {error}") from error
     if isinstance(ds, datasets.IterableDataset):
@@ -863,6 +873,7 @@ def load_counted_dataset(
     image_size: int | None = None,
     seed: int = 0,
     tasks: Sequence[str] | None = None,
+    sample_filter: Any = None,
 ) -> tuple[Any, dict[str, Any] | None]:
     """(dataset, counts record) of `split`: a benchmark of `hf_vrl.data.benchmarks` (`_benchmark_source`) is
     read from its published layout or Hub mirror and its images and classes checked against the official
@@ -870,13 +881,15 @@ def load_counted_dataset(
     `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there and, for a mirror,
     which and where it differs from the registry's reading. FGVC-Aircraft and Stanford Cars are labelled at
     the level `tasks` score (`task_level`). A user's own data loads as `load_eval_dataset` does; in
-    clip_benchmark's layout it is counted too (images, captions), against no official numbers."""
+    clip_benchmark's layout it is counted too (images, captions), against no official numbers.
+    `sample_filter` counts a user's data's skipped images."""
     from hf_vrl.data.benchmarks import check_counts
     from hf_vrl.data.layouts import load_benchmark, subset
 
     found = _benchmark_source(name)
     if found is None:
-        dataset = load_eval_dataset(name, split=split, limit=limit, image_size=image_size, seed=seed)
+        data = {"image_size": image_size, "seed": seed, "sample_filter": sample_filter}
+        dataset = load_eval_dataset(name, split=split, limit=limit, **data)
         return dataset, _own_counts(name, dataset)
     key, source = found
     dataset, counts = load_benchmark(key, source, split, level=task_level(key, tasks))

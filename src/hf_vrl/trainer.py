@@ -9,6 +9,7 @@ loss as already normalised by ``num_items_in_batch`` and skip the division: GA-t
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -35,6 +36,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotat
 
 from .accumulation import JoinedBatch, own_draws, reseed, split_batch, whole_batch_backward
 from .contrastive import clip_contrastive_loss
+from .divergence import stop_if_not_finite
 
 __all__ = [
     "EXTRA_STATE_NAME",
@@ -86,6 +88,13 @@ class VRLTrainingArguments(TrainingArguments):
         default=None,
         metadata={
             "help": "TensorBoard's folder (transformers 5 reads it only from TENSORBOARD_LOGGING_DIR)."
+        },
+    )
+    run_identity: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSON of what defines the run (hf_vrl.run: RunConfig.identity), recorded in each "
+            "checkpoint's checkpoint.json so that a resume refuses another run's checkpoint."
         },
     )
 
@@ -265,7 +274,15 @@ class VRLTrainer(Trainer):
         num_items_in_batch: Tensor | int | None = None,
     ) -> Tensor:
         """The Trainer's step on one micro-batch; with whole-batch accumulation the micro-batches of an
-        optimiser step are collected (on the host) and the last call runs GradCache over all of them."""
+        optimiser step are collected (on the host) and the last call runs GradCache over all of them. A
+        non-finite loss stops training before its optimiser step (`hf_vrl.divergence`)."""
+        loss = self._micro_batch_step(model, inputs, num_items_in_batch)
+        stop_if_not_finite(self, loss=loss)
+        return loss
+
+    def _micro_batch_step(
+        self, model: nn.Module, inputs: dict[str, Tensor | Any], num_items_in_batch: Tensor | int | None
+    ) -> Tensor:
         if not self._whole_batch:
             index = self._micro_step
             self._micro_step = (index + 1) % getattr(self, "current_gradient_accumulation_steps", 1)
@@ -393,6 +410,7 @@ class VRLTrainer(Trainer):
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if self.args.should_save:  # a previous run may have died while writing this very step
             shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
+        stop_if_not_finite(self, parameters=model.parameters())  # no checkpoint of non-finite weights
         self.accelerator.wait_for_everyone()
         self._get_output_dir = lambda trial=None: staging  # the Trainer writes (and rotates) there
         try:
@@ -409,7 +427,8 @@ class VRLTrainer(Trainer):
         self.accelerator.wait_for_everyone()  # every process has written its RNG state
         if self.args.should_save:
             readable_as_umask(os.path.join(staging, name))
-            write_checkpoint_manifest(os.path.join(staging, name))
+            identity = getattr(self.args, "run_identity", None)
+            write_checkpoint_manifest(os.path.join(staging, name), json.loads(identity) if identity else None)
             target = os.path.join(run_dir, name)
             if os.path.isdir(target):  # saved again at the same step (the end of training)
                 shutil.rmtree(target)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
@@ -71,7 +72,7 @@ def test_resume_refuses_another_configuration_and_names_the_difference(tmp_path)
 def test_resume_accepts_changes_that_do_not_define_the_run(tmp_path):
     run = recorded(tmp_path, config())
     changed = config(
-        **{"output.logging_steps": 1, "data.num_workers": 2, "eval.eval_limit": 10, "compile": "off"}
+        **{"output.logging_steps": 1, "data.num_workers": 2, "eval.eval_before": False, "compile": "off"}
     )
     assert run.open(changed, resume="auto") is True
 
@@ -92,12 +93,15 @@ def test_a_run_of_another_method_is_not_resumed(tmp_path):
 
 
 def test_only_complete_checkpoints_are_resumed_from(tmp_path):
-    """Checkpoints of an earlier release: no checkpoint.json, judged by the files they hold."""
+    """Checkpoints of an earlier release: no checkpoint.json, judged by the files they hold (the Trainer's
+    state, the optimiser's and the schedule's)."""
     folder = tmp_path / "checkpoints"
     for step, complete in ((2, True), (4, True), (6, False)):
         (folder / f"checkpoint-{step}").mkdir(parents=True)
         if complete:
             (folder / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+            for name in ("optimizer.pt", "scheduler.pt"):
+                torch.save({}, folder / f"checkpoint-{step}" / name)
     (folder / ".staging" / "checkpoint-8").mkdir(parents=True)
     (folder / "checkpoint-10-old").mkdir()
     assert last_complete_checkpoint(folder) == folder / "checkpoint-4"

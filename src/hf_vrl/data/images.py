@@ -6,7 +6,8 @@ channels, 16-bit / 32-bit integer greyscale is scaled to 8 bits (`I;16*` by 1/25
 values fit 16 bits, else min-max), float greyscale (`F`) is read as [0, 1] when its maximum is <= 1.
 EXIF orientation is applied. Truncated and corrupt files raise `ImageDecodeError` with a `kind`, whatever
 `PIL.ImageFile.LOAD_TRUNCATED_IMAGES` the process set: a file cut short (even inside its header: it starts
-with its format's signature) is "truncated_image", one that is no image at all "corrupt_image".
+with its format's signature) is "truncated_image", one that is no image at all "corrupt_image", a file this
+process may not read (its permissions) "unreadable_image".
 
 Large images: with a `draft_size` (the size the run needs) a JPEG is decoded downscaled (`draft`); an image
 that would still be above PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`, 89 MP by default) is
@@ -43,6 +44,7 @@ TOO_SMALL = "too_small"
 TOO_LARGE = "too_large"
 UNSUPPORTED_MODE = "unsupported_mode"
 MISSING_IMAGE = "missing_image"
+UNREADABLE_IMAGE = "unreadable_image"
 MISSING_CAPTION = "missing_caption"
 EMPTY_CAPTION = "empty_caption"
 UNDECODABLE_CAPTION = "undecodable_caption"
@@ -99,7 +101,10 @@ def _open(source: Any) -> Image.Image:
     if isinstance(source, (str, os.PathLike)):
         if not os.path.isfile(source):
             raise ImageDecodeError(MISSING_IMAGE, f"image file not found: {os.fspath(source)}")
-        return Image.open(source)
+        try:
+            return Image.open(source)
+        except PermissionError as error:  # skipped and counted as any bad sample, not a traceback
+            raise ImageDecodeError(UNREADABLE_IMAGE, f"image file cannot be read: {error}") from error
     raise TypeError(f"cannot decode an image from {type(source).__name__}")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -38,12 +39,14 @@ __all__ = [
     "in_range",
     "leaf_fields",
     "load_config_file",
+    "nesting_depth",
     "resolve",
     "setting",
 ]
 
 PRESET_INFO_KEYS = ("method", "description", "notes")  # a preset's documentation, not settings
 LAUNCH = "launch"  # <run>/config.json's record of the launch that wrote it (processes, FSDP), not a setting
+DATA_FILES = "data_files"  # <run>/config.json's record of the local data it read (run.data.data_fingerprint)
 SHARED_SECTIONS = ("data", "optim", "eval", "output")
 
 # -- declaring settings ------------------------------------------------------------------------------------
@@ -62,26 +65,45 @@ def setting(
 ) -> Any:
     """A configuration field. `check` returns what is wrong with a value (None when it is fine); `identity`
     says whether the field belongs to what a run *is* (resuming with a different value is refused) rather
-    than to how it is watched, where it writes or how much memory it takes (logging, evaluation, loader
-    workers, micro-batches, recomputation); a function of the configuration where that depends on other
-    settings (the micro-batch defines the run under micro_batch accumulation only)."""
+    than to how it is watched, where it writes or how much memory it takes (logging, loader workers,
+    micro-batches, recomputation); a function of the configuration where that depends on other settings
+    (the micro-batch defines the run under micro_batch accumulation only). The evaluation's data and tasks
+    define the run too: its report sets "before" against "after", which a resume must not measure apart."""
     metadata = {"help": help, "check": check, "identity": identity}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
+def _not_finite(value: Any) -> str | None:
+    """inf or nan, which pass a comparison with a bound (or fail it with a confusing message)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    return None
+
+
 def at_least(low: float) -> Check:
-    return lambda value: None if value is None or value >= low else f"must be >= {low:g}, got {value!r}"
+    def check(value: Any) -> str | None:
+        if value is None:
+            return None
+        return _not_finite(value) or (None if value >= low else f"must be >= {low:g}, got {value!r}")
+
+    return check
 
 
 def in_range(low: float, high: float, *, high_open: bool = False) -> Check:
     def check(value: Any) -> str | None:
         if value is None or (low <= value < high if high_open else low <= value <= high):
             return None
-        return f"must lie in [{low:g}, {high:g}{')' if high_open else ']'}, got {value!r}"
+        bounds = ", ".join(str(b) if isinstance(b, int) else f"{b:g}" for b in (low, high))
+        return f"must lie in [{bounds}{')' if high_open else ']'}, got {value!r}"
 
     return check
+
+
+def _folder_name(value: Any) -> str | None:
+    """An output folder's name is not empty (an empty one would fall back to the default folder)."""
+    return "must name a folder, got an empty value" if value is not None and not value.strip() else None
 
 
 def _scheduler_problem(value: Any) -> str | None:
@@ -236,14 +258,10 @@ class OptimConfig:
 class EvalConfig:
     """Evaluation before and after training."""
 
-    eval_dataset: str | None = setting(
-        None, "evaluation data (registry name or path; default: none)", identity=False
-    )
-    eval_split: str = setting("test", "evaluation split", identity=False)
-    eval_limit: int | None = setting(
-        None, "evaluate on at most this many samples", check=at_least(1), identity=False
-    )
-    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)", identity=False)
+    eval_dataset: str | None = setting(None, "evaluation data (registry name or path; default: none)")
+    eval_split: str = setting("test", "evaluation split")
+    eval_limit: int | None = setting(None, "evaluate on at most this many samples", check=at_least(1))
+    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)")
     eval_before: bool = setting(True, "evaluate the model before training", identity=False)
     eval_after: bool = setting(True, "evaluate the model after training", identity=False)
     figures: bool = setting(True, "draw the method's figures into <run>/figures/", identity=False)
@@ -253,7 +271,9 @@ class EvalConfig:
 class OutputConfig:
     """Where the run writes, and how often."""
 
-    output_dir: str | None = setting(None, "run folder (default: runs/<preset>)", identity=False)
+    output_dir: str | None = setting(
+        None, "run folder (default: runs/<preset>)", check=_folder_name, identity=False
+    )
     save_steps: int = setting(
         500, "checkpoint every this many optimiser steps", check=at_least(1), identity=False
     )
@@ -296,7 +316,11 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
-    seed: int = setting(0, "seed of initialisation, data order and augmentation")
+    seed: int = setting(
+        0,
+        "seed of initialisation, data order and augmentation (0 to 2**32 - 1, numpy's range)",
+        check=in_range(0, 2**32 - 1),
+    )
     precision: Literal["auto", "no", "bf16", "fp16"] = setting(
         "auto", "mixed precision: auto = bf16 on a GPU that has it, else none"
     )
@@ -480,15 +504,21 @@ def _describe(tp: Any) -> str:
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
+def _means_none(value: Any) -> bool:
+    """None, `none` / `null`, or a list flag given that one word (`--crop-scale none`)."""
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    return value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+
+
 def coerce(value: Any, tp: Any) -> Any:
     """`value` as type `tp` (strings from the command line are parsed); raises ValueError when it is not."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in args:
-                return None
+        if type(None) in args and _means_none(value):
+            return None
         for arg in (a for a in args if a is not type(None)):
             try:
                 return coerce(value, arg)
@@ -594,14 +624,37 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
+MAX_DEPTH = 32  # nesting a configuration may reach (the presets: 4, model.architecture.text_config.<key>)
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply `value` nests mappings and lists, counted without recursion (a hostile file must not
+    exhaust the stack) and only up to one level past `MAX_DEPTH`."""
+    deepest, todo = 0, [(value, 0)]
+    while todo and deepest <= MAX_DEPTH:
+        item, level = todo.pop()
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, Mapping) else item if isinstance(item, list) else ()
+        todo += [(child, level + 1) for child in children]
+    return deepest
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`)."""
+    """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`), UTF-8, nested at most
+    `MAX_DEPTH` levels."""
     import yaml
 
     path = Path(path)
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        where = f"{error.reason} at byte {error.start}"
+        raise UserError(f"{path} is not UTF-8 text ({where}): save it as UTF-8") from None
+    too_deep = f"{path} nests its settings more than {MAX_DEPTH} levels deep: no configuration does"
     try:
         data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except RecursionError:
+        raise UserError(too_deep) from None
     except yaml.MarkedYAMLError as error:  # several lines of context: the problem and where it is
         mark = error.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -612,6 +665,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path} is not valid {kind}: {reason}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of settings, got {type(data).__name__}")
+    if nesting_depth(data) > MAX_DEPTH:
+        raise UserError(too_deep)
     return data
 
 
@@ -627,6 +682,7 @@ def resolve(
     preset = dict(preset or {})
     method = preset.pop("method", cls.method)
     preset.pop(LAUNCH, None)
+    preset.pop(DATA_FILES, None)
     for key in PRESET_INFO_KEYS:
         preset.pop(key, None)
     if method != cls.method:
@@ -637,6 +693,10 @@ def resolve(
     values: dict[str, Any] = dict(preset)
     for path, value in (overrides or {}).items():
         _set_path(values, path.split("."), value)
+    if nesting_depth(values) > MAX_DEPTH:  # a mapping given to `hf_vrl.run.train`, as a file is checked
+        raise UserError(
+            f"{source} nests its settings more than {MAX_DEPTH} levels deep: no configuration does"
+        )
     problems: list[str] = []
     config = _build(cls, values, "", problems)
     try:

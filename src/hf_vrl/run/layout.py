@@ -39,7 +39,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ __all__ = [
     "atomic_dir",
     "atomic_write_json",
     "checkpoint_problem",
+    "checkpoint_run",
     "disk_full_is_one_line",
     "folder_size",
     "last_complete_checkpoint",
@@ -162,11 +163,23 @@ def readable_as_umask(path: str | os.PathLike) -> None:
                 os.chmod(target, (mode & 0o777) | (allowed & ~mask))
 
 
-def write_checkpoint_manifest(folder: str | os.PathLike) -> None:
-    """List every file of the checkpoint `folder` in its `checkpoint.json` (call once all are written)."""
+def write_checkpoint_manifest(folder: str | os.PathLike, run: dict[str, Any] | None = None) -> None:
+    """List every file of the checkpoint `folder` in its `checkpoint.json` (call once all are written), with
+    `run`, the identity of the run that wrote it (`RunConfig.identity`), when the run gave one."""
     folder = Path(folder)
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    atomic_write_json(folder / CHECKPOINT_MANIFEST, {"files": [f for f in files if f != CHECKPOINT_MANIFEST]})
+    manifest: dict[str, Any] = {"files": [f for f in files if f != CHECKPOINT_MANIFEST]}
+    atomic_write_json(folder / CHECKPOINT_MANIFEST, manifest | ({"run": run} if run is not None else {}))
+
+
+def checkpoint_run(folder: Path) -> dict[str, Any] | None:
+    """The identity of the run that wrote the checkpoint `folder` (its checkpoint.json's `run`), or None
+    (a checkpoint of an earlier release, or of a trainer outside a run)."""
+    try:
+        run = json.loads((folder / CHECKPOINT_MANIFEST).read_text()).get("run")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run if isinstance(run, dict) else None
 
 
 def _unreadable(path: Path) -> str | None:
@@ -189,22 +202,51 @@ def _unreadable(path: Path) -> str | None:
     return None
 
 
+# what every Trainer checkpoint holds beside its weights: one of an earlier release (no checkpoint.json)
+# without them would resume with a fresh optimiser and schedule (FSDP saves the optimiser as optimizer_0/)
+OPTIMIZER_STATES = ("optimizer.pt", "optimizer.bin", "optimizer_0")
+SCHEDULER_STATE = "scheduler.pt"
+
+
+def _listed(folder: Path) -> tuple[list[str], str | None]:
+    """The files `checkpoint.json` of `folder` lists, or what is wrong with it (not a list of names inside
+    the checkpoint)."""
+    problem = _unreadable(folder / CHECKPOINT_MANIFEST)
+    if problem is not None:
+        return [], problem
+    manifest = json.loads((folder / CHECKPOINT_MANIFEST).read_text())
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, list) or not all(isinstance(name, str) and name for name in files):
+        return [], f"{CHECKPOINT_MANIFEST} does not list the checkpoint's files"
+    outside = [name for name in files if Path(name).is_absolute() or ".." in Path(name).parts]
+    if outside:
+        return [], f"{CHECKPOINT_MANIFEST} names a file outside the checkpoint ({outside[0]})"
+    return files, None
+
+
+def _earlier_release_gaps(folder: Path) -> list[str]:
+    """The optimiser and schedule states a checkpoint without `checkpoint.json` lacks."""
+    gaps = [] if any((folder / name).exists() for name in OPTIMIZER_STATES) else [OPTIMIZER_STATES[0]]
+    return gaps + ([] if (folder / SCHEDULER_STATE).is_file() else [SCHEDULER_STATE])
+
+
 def checkpoint_problem(folder: Path) -> str | None:
-    """What keeps the checkpoint `folder` from being resumed (a listed file missing or unreadable), or None.
-    A checkpoint of an earlier release (no `checkpoint.json`) is checked by the files it has."""
+    """What keeps the checkpoint `folder` from being resumed (a listed file missing or unreadable, a
+    malformed `checkpoint.json`), or None. A checkpoint of an earlier release (no `checkpoint.json`) is
+    checked by the files it has, and must hold its optimiser and schedule states."""
     if not (folder / CHECKPOINT_COMPLETE_FILE).is_file():
         return f"no {CHECKPOINT_COMPLETE_FILE}"
-    manifest = folder / CHECKPOINT_MANIFEST
-    if manifest.is_file():
-        problem = _unreadable(manifest)
+    if (folder / CHECKPOINT_MANIFEST).is_file():
+        names, problem = _listed(folder)
         if problem is not None:
             return problem
-        files = [folder / name for name in json.loads(manifest.read_text()).get("files", [])]
-        missing = [str(path.relative_to(folder)) for path in files if not path.is_file()]
-        if missing:
-            return f"{', '.join(missing[:3])} {'is' if len(missing) == 1 else 'are'} missing"
+        files = [folder / name for name in names]
+        missing = [name for name, path in zip(names, files) if not path.is_file()]
     else:
         files = [path for path in folder.rglob("*") if path.is_file()]
+        missing = _earlier_release_gaps(folder)
+    if missing:
+        return f"{', '.join(missing[:3])} {'is' if len(missing) == 1 else 'are'} missing"
     return next((problem for path in files if (problem := _unreadable(path))), None)
 
 
@@ -345,6 +387,30 @@ class RunDir:
                 f"--output-dir {self.root} is not empty and is not an hf_vrl run folder: give a new or empty "
                 "folder (hf_vrl clears only what it wrote)"
             )
+        blocked = self._unwritable()
+        if blocked is not None:
+            made = "" if blocked == self.root else f" (--output-dir {self.root} is made and written in it)"
+            raise UserError(
+                f"{blocked} is not writable here{made}: give this user write permission to it, or choose "
+                "another --output-dir"
+            )
+
+    def _unwritable(self) -> Path | None:
+        """The first folder a run writes in that this process may not write in (permissions, a read-only
+        file system): the run folder and its folders, or the nearest existing folder above a new one."""
+        if not self.root.exists():
+            above = self.root.absolute().parent
+            while not above.exists():
+                above = above.parent
+            folders = [above]
+        else:
+            stages = self.root / "checkpoints"
+            folders = [self.root, stages, self.final, self.inputs, self.logs, self.exports, self.figures]
+            folders += sorted(stages.iterdir()) if stages.is_dir() else []
+        writable = os.W_OK | os.X_OK
+        return next(
+            (f for f in folders if f.is_dir() and not os.access(f, writable, effective_ids=True)), None
+        )
 
     def mark(self) -> None:
         """Mark the folder as hf_vrl's (`RUN_MARKER`), before the run's first write."""
@@ -391,12 +457,14 @@ class RunDir:
             return None
         return recorded if isinstance(recorded, dict) else None
 
-    def record_config(self, config: Any, launch: Launch) -> None:
-        """Write config.json: the configuration, and the launch that runs it (`Launch`, what a resume on
-        another launch is checked against)."""
-        from hf_vrl.run.config import LAUNCH
+    def record_config(self, config: Any, launch: Launch, data: Mapping[str, Any] | None = None) -> None:
+        """Write config.json: the configuration, the launch that runs it (`Launch`, what a resume on another
+        launch is checked against) and `data`, the fingerprints of the local data it reads ({setting:
+        `hf_vrl.run.data.data_fingerprint`}, what a resume compares; none: nothing local)."""
+        from hf_vrl.run.config import DATA_FILES, LAUNCH
 
-        atomic_write_json(self.config_file, {**config.to_dict(), LAUNCH: dataclasses.asdict(launch)})
+        recorded = {**config.to_dict(), LAUNCH: dataclasses.asdict(launch)}
+        atomic_write_json(self.config_file, recorded | ({DATA_FILES: dict(data)} if data else {}))
 
     def recorded_launch(self, recorded_config: dict[str, Any]) -> Launch | None:
         """The launch of the recorded run (`recorded_config`'s, as config.json holds it; for an earlier
@@ -417,13 +485,20 @@ class RunDir:
                     return Launch(processes, (checkpoint / "pytorch_model_fsdp_0").is_dir())
         return None
 
-    def open(self, config: Any, resume: str | None, launch: Launch | None = None) -> bool:
-        """Check the resume rules for `config` run by `launch` (default: this process's); returns whether
-        this continues a recorded run.
+    def open(
+        self,
+        config: Any,
+        resume: str | None,
+        launch: Launch | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Check the resume rules for `config` run by `launch` (default: this process's) on `data` (the
+        fingerprints `record_config` records); returns whether this continues a recorded run.
 
         Without `resume` the folder must not hold a run. With `resume="auto"` a folder without a run starts
         fresh. Resuming compares the recorded configuration's identity on its launch (`RunConfig.identity`)
-        with this one's on `launch`.
+        with this one's on `launch`, the recorded data's fingerprints with `data`, and the run that wrote
+        each checkpoint to be resumed (its checkpoint.json) with this one.
         """
         launch = launch or Launch.current()
         self.check_writable()
@@ -443,7 +518,50 @@ class RunDir:
                 "configuration: choose another --output-dir"
             )
         self._check_same_run(config, recorded, launch)
+        self._check_same_data(recorded, data or {})
+        self._check_checkpoints_are_this_runs(config.identity(launch.processes), resume)
         return True
+
+    def _check_same_data(self, recorded: dict[str, Any], data: Mapping[str, Any]) -> None:
+        """The local data the run read is as it was (`record_config`'s fingerprints; a run of an earlier
+        release recorded none)."""
+        from hf_vrl.run.config import DATA_FILES
+
+        for setting, then in (recorded.get(DATA_FILES) or {}).items():
+            now = data.get(setting)
+            if now is None or then == now:
+                continue
+            files = f"{then.get('files')} files, {_size(then.get('bytes', 0))} then; "
+            files += f"{now['files']} files, {_size(now['bytes'])} now"
+            raise UserError(
+                f"the files of {setting} changed since {self.root} started ({files}; edits, deletions or "
+                "new times): restore them, or start a new run in another --output-dir"
+            )
+
+    def _check_checkpoints_are_this_runs(self, identity: Mapping[str, Any], resume: str) -> None:
+        """Each checkpoint this resume would load was written by this run (checkpoint.json's `run`, as
+        `RunConfig.identity` gives it; a checkpoint of an earlier release names none)."""
+        stages = self.root / "checkpoints"
+        if resume != "auto":
+            found = [Path(resume)]
+        else:
+            found = (
+                [last_complete_checkpoint(s) for s in stages.iterdir() if s.is_dir()]
+                if stages.is_dir()
+                else []
+            )
+        identity = json.loads(json.dumps(identity))  # as checkpoint.json holds it (lists, string keys)
+        for checkpoint in (c for c in found if c is not None):
+            then = checkpoint_run(checkpoint) or identity
+            changed = [key for key in {**identity, **then} if then.get(key) != identity.get(key)]
+            if changed:
+                listing = "; ".join(
+                    f"{key}: {then.get(key)!r} there, {identity.get(key)!r} now" for key in changed[:3]
+                )
+                raise UserError(
+                    f"{checkpoint} was written by another run ({listing}): move it out of {self.root}, or "
+                    "resume it in its own run folder"
+                )
 
     def _same_run(self, config: Any, recorded: dict[str, Any], launch: Launch | None = None) -> bool:
         try:

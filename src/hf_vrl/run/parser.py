@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError
-from hf_vrl.run.config import RunConfig, leaf_fields, load_config_file, resolve
+from hf_vrl.run.config import MAX_DEPTH, RunConfig, leaf_fields, load_config_file, nesting_depth, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +196,13 @@ def _parse_set(items: Sequence[str], leaves: set[str]) -> dict[str, Any]:
         if inside_mapping:
             try:
                 value = json.loads(value)
+                deep = nesting_depth(value) > MAX_DEPTH
             except json.JSONDecodeError:
-                pass
+                deep = False
+            except RecursionError:
+                deep = True
+            if deep:
+                raise UserError(f"--set {key}: its value nests more than {MAX_DEPTH} levels deep")
         overrides[key] = value
     return overrides
 

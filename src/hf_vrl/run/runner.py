@@ -32,7 +32,14 @@ from hf_vrl.errors import UserError
 from hf_vrl.hub.publish import portable_files
 from hf_vrl.run import fsdp, preflight
 from hf_vrl.run.config import RunConfig
-from hf_vrl.run.data import SeededDataset, SeededStream, SkipLog, materialise, rows_summary
+from hf_vrl.run.data import (
+    SeededDataset,
+    SeededStream,
+    SkipLog,
+    data_fingerprint,
+    materialise,
+    rows_summary,
+)
 from hf_vrl.run.layout import (
     Launch,
     RunDir,
@@ -280,6 +287,7 @@ class Run:
             use_cpu=not cuda,
             ddp_find_unused_parameters=False,
             accelerator_config={"dispatch_batches": False},  # each process reads its own share
+            run_identity=json.dumps(cfg.identity(self.world_size)),  # in each checkpoint: whose it is
         )
         settings.update(overrides)
         return VRLTrainingArguments(**settings)
@@ -530,14 +538,15 @@ def _lock(out: RunDir, state: Any) -> RunLock | None:
 def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: bool) -> dict[str, Any]:
     config, out, resume, method_class = run.config, run.dir, run.resume, type(method)
     launch = Launch(run.world_size, sharded)
-    resumed = out.open(config, resume, launch)  # every process checks before the main one writes
+    data = _data_fingerprints(config)
+    resumed = out.open(config, resume, launch, data)  # every process checks before the main one writes
     state.wait_for_everyone()
     if run.is_main:
         out.mark()
         if not resumed:  # a folder whose run never saved a step: taken over, its leftovers cleared
             out.clear_unstarted(config)
         out.sweep_temporaries()
-        out.record_config(config, launch)
+        out.record_config(config, launch, data)
         logger.info("%s run in %s%s", method_class.name, out.root, " (resumed)" if resumed else "")
         plan = run.batch_plan()
         logger.info("%s", plan.describe(config.loss_terms(plan)))
@@ -608,6 +617,14 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
     if push_failure is not None:  # the run is complete; the exit status says the push is not
         raise UserError(push_failure)
     return report
+
+
+def _data_fingerprints(config: RunConfig) -> dict[str, Any]:
+    """{setting: fingerprint} of the local map-style data the run reads (`data_fingerprint`), which a resume
+    compares: images edited or deleted between a run and its resume are refused, not trained on."""
+    names = {"--dataset": config.data.dataset, "--eval-dataset": config.eval.eval_dataset}
+    prints = {setting: data_fingerprint(name) for setting, name in names.items()}
+    return {setting: found for setting, found in prints.items() if found is not None}
 
 
 def _push(run: Run) -> str | None:

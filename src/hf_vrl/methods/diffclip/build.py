@@ -56,7 +56,14 @@ def architecture_problems(architecture: Mapping[str, Any]) -> list[str]:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 problems.append(f"model.architecture.{prefix}{key}: unknown {cls.__name__} setting{hint}")
+            elif _is_count(key) and isinstance(values[key], int) and values[key] < 1:
+                problems.append(f"model.architecture.{prefix}{key}: must be >= 1, got {values[key]}")
     return problems
+
+
+def _is_count(key: str) -> bool:
+    """Whether an architecture setting is a size or a count (hidden_size, projection_dim, num_heads...)."""
+    return key.endswith(("_size", "_dim")) or key.startswith("num_")
 
 
 def _special_token_ids(tokenizer: Any, vocab_size: int) -> dict[str, int]:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from torch import nn
 
+from hf_vrl.errors import UserError
 from hf_vrl.run.batch import BatchPlan, contrastive_sees
 from hf_vrl.run.config import OptimConfig, RunConfig, dropouts, in_range, setting
 from hf_vrl.run.runner import Method
@@ -139,6 +140,24 @@ class DiffCLIPMethod(Method):
         super().check()
         settings = self.config.diffclip
         check_remote_code(settings.compare_with, "--compare-with", settings.trust_remote_code)
+        self._check_processor_size()
+
+    def _check_processor_size(self) -> None:
+        """The image processor makes images of the size the architecture takes (a configuration without its
+        model section pairs the tiny processor with the default 224 px architecture)."""
+        from PIL import Image
+
+        from hf_vrl.methods.diffclip.build import load_processors
+
+        model = self.config.model
+        processor, _ = load_processors(model.tokenizer, model.image_processor, model.image_processor_kwargs)
+        made = processor(images=Image.new("RGB", (8, 8)), return_tensors="pt")["pixel_values"].shape[-1]
+        if made != self.image_size():
+            raise UserError(
+                f"--image-processor {model.image_processor} makes {made} px images, but the architecture "
+                f"takes {self.image_size()} px: set model.architecture.vision_config.image_size to {made}, "
+                "or give a processor of that size (a configuration file needs its model section)"
+            )
 
     def setup(self) -> None:
         import hf_vrl.models  # noqa: F401  (registers DiffCLIP with the Auto classes for load_final)
