@@ -543,7 +543,7 @@ def registry(monkeypatch):
     """Stand-in for hf_vrl.data.registry: records the calls, serves the inline colour datasets."""
     calls = []
 
-    def load(name, *, split, limit=None, image_size=None, seed=0):
+    def load(name, *, split, limit=None, image_size=None, seed=0, sample_filter=None):
         calls.append((name, split, limit, image_size, seed))
         ds = color_dataset(6 if split == "train" else 4, seed=int(split == "train"))
         return ds.select(range(min(limit, len(ds)))) if limit else ds
