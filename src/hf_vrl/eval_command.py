@@ -4,9 +4,7 @@ write report.json and figures, print the summary."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 import torch
 
 from hf_vrl import evaluation
+from hf_vrl.run.layout import OutputDir, atomic_write_json
 
 logger = logging.getLogger(__name__)
 
@@ -149,14 +148,6 @@ def _show_progress_logs() -> None:
         package.setLevel(logging.INFO)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` to `path` atomically (a reader never sees a half-written report)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.tmp")
-    staged.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(staged, path)
-
-
 def _summary(report: Mapping[str, Any]) -> str:
     """One line per task: its headline numbers."""
     rows = [["task", "result"]]
@@ -169,14 +160,16 @@ def _summary(report: Mapping[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`hf-vrl eval`: evaluate a model and write report.json (+ figures) to --output-dir, the report being
-    rewritten as each task finishes (`complete` is false until the end)."""
+    rewritten as each task finishes (`complete` is false until the end). The folder is new, empty or an
+    earlier `hf-vrl eval`'s, held by this process until the end (`OutputDir`)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.dataset is None and args.mmvp_dir is None:
         parser.error("give --dataset, --mmvp-dir or both")
     _show_progress_logs()
+    output = OutputDir(Path(args.output_dir), "eval")
+    output.check()  # before the checks below read anything: a folder eval must not write is one line
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    remote = args.trust_remote_code
     from hf_vrl.run.preflight import check_data, check_finished_run, check_source
 
     check_finished_run(args.model, "--model")
@@ -201,6 +194,15 @@ def main(argv: list[str] | None = None) -> int:
 
         mmvp = load_mmvp_vlm(mmvp, allow_partial=args.allow_partial)
         counts["mmvp"] = counts_of(mmvp, BENCHMARKS["mmvp_vlm"], "test").as_dict()
+    with output.claim():  # one writer per folder, from the model's loading to the last report
+        return _evaluate(args, device, dataset, train, counts, mmvp)
+
+
+def _evaluate(
+    args: argparse.Namespace, device: str, dataset: Any, train: Any, counts: dict[str, Any], mmvp: Any
+) -> int:
+    """Load the model(s), evaluate, write report.json (rewritten as each task ends) and the figures."""
+    remote = args.trust_remote_code
     model, image_processor, tokenizer = evaluation.load_model_and_processors(
         args.model, trust_remote_code=remote
     )
@@ -225,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         report["partial"] = not all(record["complete"] for record in counts.values())
 
     def write(partial: dict[str, Any]) -> None:
-        _write_json(out / "report.json", {**report, **partial})
+        atomic_write_json(out / "report.json", {**report, **partial})
 
     embeddings = None
     if dataset is not None:

@@ -29,6 +29,7 @@ def saved_step(run, step=2):
 
 def recorded(tmp_path, cfg):
     run = RunDir(tmp_path / "run")
+    run.mark()
     atomic_write_json(run.config_file, cfg.to_dict())
     saved_step(run)
     return run
@@ -36,6 +37,7 @@ def recorded(tmp_path, cfg):
 
 def test_a_folder_whose_run_never_saved_a_step_is_not_a_run(tmp_path):
     run = RunDir(tmp_path / "run")
+    run.mark()
     atomic_write_json(run.config_file, config(seed=5).to_dict())
     (run.checkpoints("train") / ".staging" / "checkpoint-2").mkdir(parents=True)
     (run.checkpoints("train") / "checkpoint-4").mkdir()  # incomplete
@@ -171,7 +173,7 @@ def test_only_folders_hf_vrl_made_are_written(tmp_path):
     for name in ("figures", "logs", "exports"):
         (foreign / name).mkdir(parents=True)
     (foreign / "config.json").write_text('{"model_type": "bert"}')
-    with pytest.raises(UserError, match="is not empty and is not an hf_vrl run folder"):
+    with pytest.raises(UserError, match="is not empty and is not a folder hf_vrl wrote"):
         RunDir(foreign).check_writable()
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="is a file"):
@@ -179,9 +181,17 @@ def test_only_folders_hf_vrl_made_are_written(tmp_path):
     for ours in (tmp_path / "new", tmp_path / "empty"):
         ours.mkdir(exist_ok=ours.name == "new")
         RunDir(ours).check_writable()
-    earlier = tmp_path / "earlier"  # a run folder of an earlier release: its config.json, no marker
-    atomic_write_json(earlier / "config.json", config().to_dict())
-    RunDir(earlier).check_writable()
+    copied = tmp_path / "copied"  # a folder holding a copy of a run's config.json: not taken for a run
+    for name in ("figures", "logs", "exports", "checkpoints"):
+        (copied / name).mkdir(parents=True)
+    atomic_write_json(copied / "config.json", config().to_dict())
+    with pytest.raises(UserError, match="is not empty and is not a folder hf_vrl wrote"):
+        RunDir(copied).check_writable()
+    marked = tmp_path / "marked"  # a run of hf_vrl before markers named their command: train's
+    marked.mkdir()
+    (marked / ".hf-vrl-run").write_text('{"hf_vrl": "0.1.0"}')
+    (marked / "config.json").write_text("{}")
+    RunDir(marked).check_writable()
 
 
 def test_a_takeover_keeps_inputs_only_when_they_were_made_by_the_same_run(tmp_path):

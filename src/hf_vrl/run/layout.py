@@ -12,8 +12,11 @@
 
 One writer per folder (`RunLock`): a run holds `<run>/.lock` (an OS file lock, released by the kernel when
 the process dies, even by SIGKILL) from before it reads the folder until it ends; a second process is refused.
-`<run>/.hf-vrl-run` marks a folder hf_vrl made: a non-empty folder without it (or a run's config.json of an
-earlier release) is refused, so that hf_vrl never clears what it did not write.
+`<run>/.hf-vrl-run` marks a folder hf_vrl made and names the command that made it. Every command that writes
+a folder (`train`, `eval`, `llava-align`, `export-llava`, `convert`, `push`'s staging) takes it through
+`OutputDir`: a new or empty folder, or one the same command made (its marker); anything else (a file, a
+foreign folder, a folder of another command, even one holding an hf_vrl config.json) is refused in one line
+before anything is written, so that hf_vrl never clears or overwrites what it did not write.
 
 A checkpoint is complete when every file its writer listed in `checkpoint.json` is there and readable (JSON
 parses, a safetensors header matches its file, a torch file's zip directory reads); an incomplete one is
@@ -48,10 +51,12 @@ from hf_vrl.errors import UserError, is_disk_full
 
 __all__ = [
     "Launch",
+    "OutputDir",
     "RunDir",
     "RunLock",
     "atomic_dir",
     "atomic_write_json",
+    "atomic_write_bytes",
     "checkpoint_problem",
     "disk_full_is_one_line",
     "folder_size",
@@ -88,6 +93,22 @@ def atomic_write_json(path: Path, data: Any) -> None:
         os.fchmod(handle.fileno(), 0o666 & ~_umask())
         os.fsync(handle.fileno())
     os.replace(handle.name, path)
+
+
+def atomic_write_bytes(path: Path, write: Any) -> None:
+    """Write a file at `path` through `write(temporary path)` in the same folder and a rename, with the
+    mode the umask gives (`readable_as_umask`): a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staged = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(handle)
+    try:
+        write(Path(staged))
+        readable_as_umask(staged)
+        os.replace(staged, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged)
+        raise
 
 
 def _size(n: float) -> str:
@@ -239,8 +260,9 @@ class RunLock:
     over without a word; `<run>/.lock.owner` names the holder (PID, host) for the refusal message.
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, flag: str = "--output-dir"):
         self.root = Path(root)
+        self.flag = flag
         self.path = self.root / ".lock"
         self.owner_file = self.root / ".lock.owner"
         self._lock: Any = None
@@ -256,7 +278,7 @@ class RunLock:
         except Timeout:
             raise UserError(
                 f"{self.root} is in use by {self.holder()}: wait for that run to end (or stop it), or choose "
-                "another --output-dir"
+                f"another {self.flag}"
             ) from None
         self._lock = lock
         owner = {
@@ -282,10 +304,95 @@ class RunLock:
             self._lock = None
 
     def __enter__(self) -> RunLock:
-        return self.acquire()
+        return self if self._lock is not None else self.acquire()
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+LOCK_FILES = frozenset({".lock", ".lock.owner"})
+
+
+def marker_command(folder: str | os.PathLike) -> str | None:
+    """The command that made `folder` (its `RUN_MARKER`; a marker that names none is `train`'s, as written
+    before markers named their command), or None where there is no marker."""
+    marker = Path(folder) / RUN_MARKER
+    if not marker.is_file():
+        return None
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        recorded = None
+    command = recorded.get("command") if isinstance(recorded, dict) else None
+    return command if isinstance(command, str) else "train"
+
+
+@dataclass
+class OutputDir:
+    """The folder one command writes (module docstring): new, empty (lock files aside) or made by the same
+    `command` (its marker); `flag` is the option that named it, for the refusal messages."""
+
+    root: Path
+    command: str
+    flag: str = "--output-dir"
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+
+    def is_ours(self) -> bool:
+        """Whether this command may write here: the folder is new, empty, or this command's."""
+        if not self.root.is_dir():
+            return not self.root.exists()
+        if not {p.name for p in self.root.iterdir()} - LOCK_FILES:
+            return True
+        return marker_command(self.root) == self.command
+
+    def check(self) -> None:
+        """Refuse, before anything is written, a folder this command must not write into (one line)."""
+        if self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
+            kind = "a link" if self.root.is_symlink() else "a file"
+            raise UserError(
+                f"{self.flag} {self.root} is {kind}: give a folder (new, or one hf-vrl {self.command} wrote)"
+            )
+        if self.is_ours():
+            self._check_can_write()
+            return
+        other = marker_command(self.root)
+        what = f"a folder `hf-vrl {other}` wrote" if other else "not a folder hf_vrl wrote"
+        raise UserError(
+            f"{self.flag} {self.root} is not empty and is {what}: give a new or empty folder (`hf-vrl "
+            f"{self.command}` writes only into folders it made)"
+        )
+
+    def _check_can_write(self) -> None:
+        """A folder (or its nearest existing parent) this process cannot write into, refused in one line."""
+        existing = self.root
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UserError(
+                f"{self.flag} {self.root}: {existing} is not writable; give a folder you can write"
+            )
+
+    def mark(self) -> None:
+        """Mark the folder as this command's (`RUN_MARKER`), before its first write."""
+        if marker_command(self.root) != self.command:
+            from hf_vrl import __version__
+
+            atomic_write_json(self.root / RUN_MARKER, {"hf_vrl": __version__, "command": self.command})
+
+    def claim(self) -> RunLock:
+        """Check the folder, take its writer lock (`RunLock`), check again (another writer may have taken
+        it meanwhile) and mark it: the folder is this command's until the lock is released."""
+        self.check()
+        lock = RunLock(self.root, self.flag).acquire()
+        try:
+            self.check()
+            self.mark()
+        except BaseException:
+            lock.release()
+            raise
+        return lock
 
 
 @dataclass
@@ -323,39 +430,23 @@ class RunDir:
                 return True
         return False
 
-    def is_ours(self) -> bool:
-        """Whether hf_vrl made this folder (its marker, or a run's config.json of an earlier release), or it
-        is empty (the lock files aside)."""
-        if not self.root.is_dir() or (self.root / RUN_MARKER).is_file():
-            return True
-        if not {p.name for p in self.root.iterdir()} - {".lock", ".lock.owner"}:
-            return True
-        recorded = self.recorded_config() or {}
-        from hf_vrl.run import METHODS
-
-        return recorded.get("method") in METHODS and isinstance(recorded.get("optim"), dict)
+    @property
+    def output(self) -> OutputDir:
+        """The folder as `hf-vrl train`'s output (`OutputDir`)."""
+        return OutputDir(self.root, "train")
 
     def check_writable(self) -> None:
         """Refuse, before anything is written, an output folder hf_vrl must not write into: a file, or a
-        non-empty folder it did not make."""
-        if self.root.exists() and not self.root.is_dir():
-            raise UserError(f"--output-dir {self.root} is a file: give a folder (new, or a run's)")
-        if not self.is_ours():
-            raise UserError(
-                f"--output-dir {self.root} is not empty and is not an hf_vrl run folder: give a new or empty "
-                "folder (hf_vrl clears only what it wrote)"
-            )
+        non-empty folder `hf-vrl train` did not make (`OutputDir.check`)."""
+        self.output.check()
 
     def mark(self) -> None:
-        """Mark the folder as hf_vrl's (`RUN_MARKER`), before the run's first write."""
-        if not (self.root / RUN_MARKER).is_file():
-            from hf_vrl import __version__
-
-            atomic_write_json(self.root / RUN_MARKER, {"hf_vrl": __version__})
+        """Mark the folder as `hf-vrl train`'s (`RUN_MARKER`), before the run's first write."""
+        self.output.mark()
 
     def lock(self) -> RunLock:
         """Take this folder's writer lock (`RunLock`); raises `UserError` when another process holds it."""
-        return RunLock(self.root).acquire()
+        return RunLock(self.root).acquire()  # checked and marked by the run itself (`RunDir.open`)
 
     def sweep_temporaries(self) -> None:
         """Remove what killed writers left half-done (`.<name>.tmp-*` folders of `atomic_dir`, checkpoints
