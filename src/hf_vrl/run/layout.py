@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError, is_disk_full
+from hf_vrl.run.trust import drop_foreign_auto_maps
 
 __all__ = [
     "Launch",
@@ -125,7 +126,12 @@ def folder_size(folder: str | os.PathLike, pattern: str = "*") -> int:
 
 
 @contextlib.contextmanager
-def disk_full_is_one_line(staging: str | os.PathLike, what: Any, needed: int | None = None) -> Iterator[None]:
+def disk_full_is_one_line(
+    staging: str | os.PathLike,
+    what: Any,
+    needed: int | None = None,
+    then: str = "then continue with --resume auto",
+) -> Iterator[None]:
     """Around writing `what` into the folder `staging`: a full disk ends the run in one line naming the disk,
     its free space and the space needed (`needed`, else what was written before it filled); the half-written
     folder is removed, so that its space is free again."""
@@ -147,14 +153,15 @@ def disk_full_is_one_line(staging: str | os.PathLike, what: Any, needed: int | N
         )
         raise UserError(
             f"no space left on the disk of {mount} while writing {what} ({', '.join(space)}): free some "
-            "space or choose another --output-dir, then continue with --resume auto"
+            f"space or choose another --output-dir, {then}"
         ) from None
 
 
 @contextlib.contextmanager
 def atomic_dir(path: Path, needed: int | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside `path`; on success it replaces `path` in one rename (a full disk is
-    one line: `disk_full_is_one_line`, with `needed` bytes when the caller knows them)."""
+    one line: `disk_full_is_one_line`, with `needed` bytes when the caller knows them), without an `auto_map`
+    naming code hf_vrl did not write (`drop_foreign_auto_maps`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     staging.chmod(0o777 & ~_umask())  # as `mkdir` would make it, not mkdtemp's 0700
@@ -164,6 +171,7 @@ def atomic_dir(path: Path, needed: int | None = None) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    drop_foreign_auto_maps(staging)
     readable_as_umask(staging)
     if path.exists():
         shutil.rmtree(path)
@@ -184,8 +192,10 @@ def readable_as_umask(path: str | os.PathLike) -> None:
 
 
 def write_checkpoint_manifest(folder: str | os.PathLike) -> None:
-    """List every file of the checkpoint `folder` in its `checkpoint.json` (call once all are written)."""
+    """List every file of the checkpoint `folder` in its `checkpoint.json` (call once all are written; an
+    `auto_map` naming code hf_vrl did not write is dropped first: `drop_foreign_auto_maps`)."""
     folder = Path(folder)
+    drop_foreign_auto_maps(folder)
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     atomic_write_json(folder / CHECKPOINT_MANIFEST, {"files": [f for f in files if f != CHECKPOINT_MANIFEST]})
 
@@ -311,6 +321,14 @@ class RunLock:
 
 
 LOCK_FILES = frozenset({".lock", ".lock.owner"})
+STAGING_PREFIX = ".staging-"  # `OutputDir.staged`'s temporary folders
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def marker_command(folder: str | os.PathLike) -> str | None:
@@ -383,7 +401,8 @@ class OutputDir:
 
     def claim(self) -> RunLock:
         """Check the folder, take its writer lock (`RunLock`), check again (another writer may have taken
-        it meanwhile) and mark it: the folder is this command's until the lock is released."""
+        it meanwhile) and mark it: the folder is this command's until the lock is released. What a killed
+        writer left half-done (`staged`'s temporary folders) goes."""
         self.check()
         lock = RunLock(self.root, self.flag).acquire()
         try:
@@ -392,7 +411,35 @@ class OutputDir:
         except BaseException:
             lock.release()
             raise
+        for leftover in self.root.glob(f"{STAGING_PREFIX}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
         return lock
+
+    @contextlib.contextmanager
+    def staged(self, replace: bool = False) -> Iterator[Path]:
+        """Yield a temporary folder inside this (claimed) folder; on success each of its files and folders
+        takes its place in the folder in one rename, with the modes the umask gives (`replace`: what else
+        the folder held goes, its marker and lock aside). A failure (a full disk: one line) leaves the
+        folder as it was, so that the same command can run again into it."""
+        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGING_PREFIX))
+        try:
+            with disk_full_is_one_line(staging, self.root, then="then run the command again"):
+                yield staging
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        drop_foreign_auto_maps(staging)
+        readable_as_umask(staging)
+        kept = {RUN_MARKER, staging.name, *LOCK_FILES}
+        for old in self.root.iterdir() if replace else ():
+            if old.name not in kept and not (staging / old.name).exists():
+                _remove(old)
+        for item in staging.iterdir():
+            target = self.root / item.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(item, target)
+        staging.rmdir()
 
 
 @dataclass

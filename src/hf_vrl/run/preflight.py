@@ -94,24 +94,20 @@ def check_model_kind(value: str | None, what: str, accepts: Callable[[Any], bool
 
 
 def check_remote_code(path: str | None, what: str, trusted: bool) -> None:
-    """A local model folder whose config names its own Python code (`auto_map`, a model type neither
-    transformers nor hf_vrl registers) is loaded only with --trust-remote-code; refused before anything
-    runs or is written otherwise (transformers itself refuses such code when the flag is off)."""
-    if path is None or trusted or not (Path(path) / "config.json").is_file():
+    """A local model folder whose saved files name Python code (an `auto_map` in config.json or a
+    tokenizer's / processor's file) is loaded only with --trust-remote-code, whatever its model type (a stock
+    `clip` with an auto_map would run that code wherever trust_remote_code is on); refused before anything
+    runs or is written otherwise. hf_vrl's own model types load through the classes hf_vrl registers (their
+    config's auto_map is not followed)."""
+    if path is None or trusted or not Path(path).is_dir():
         return
-    import json
+    from hf_vrl.models.auto import AUTO_CONFIGS
+    from hf_vrl.run.trust import foreign_auto_map
 
-    from transformers import CONFIG_MAPPING
-
-    import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types)
-
-    try:
-        config = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return  # not a model folder hf_vrl can judge: loading says what is wrong
-    if config.get("auto_map") and config.get("model_type") not in CONFIG_MAPPING:
+    carrier = foreign_auto_map(path, exempt_model_types={config.model_type for config in AUTO_CONFIGS})
+    if carrier is not None:
         raise UserError(
-            f"{what} {path} carries its own Python code (auto_map in config.json): add --trust-remote-code "
+            f"{what} {path} carries its own Python code (auto_map in {carrier}): add --trust-remote-code "
             "to run it, or give a model transformers or hf_vrl knows"
         )
 

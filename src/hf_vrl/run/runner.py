@@ -13,6 +13,7 @@ runner owns the folder, resume, seeds, devices, precision, data wrapping, the re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -302,7 +303,7 @@ class Method:
         """Everything that can be known before training (data names and paths, model sources in `sources`,
         --tasks, then the data itself: `Run.check_data`), checked before the run folder is written; raise
         `UserError` (extend for a method's own inputs)."""
-        from hf_vrl.run.preflight import check_data, check_source, check_tasks
+        from hf_vrl.run.preflight import check_data, check_remote_code, check_source, check_tasks
 
         check_data(self.config.data.dataset, "--dataset")
         check_data(self.config.eval.eval_dataset, "--eval-dataset")
@@ -310,8 +311,14 @@ class Method:
             section, _, name = path.rpartition(".")
             value = getattr(getattr(self.config, section) if section else self.config, name)
             check_source(value, "--" + name.replace("_", "-"), special)
+            check_remote_code(value, "--" + name.replace("_", "-"), self.trusts_remote_code())
         check_tasks(self.config.eval.tasks, self.known_tasks(), self.name)
         self.run.check_data(self.image_size())
+
+    def trusts_remote_code(self) -> bool:
+        """Whether the run was given --trust-remote-code (a `trust_remote_code` setting in any section)."""
+        sections = [getattr(self.config, field.name) for field in dataclasses.fields(self.config)]
+        return any(getattr(section, "trust_remote_code", False) is True for section in sections)
 
     def known_tasks(self) -> tuple[str, ...]:
         """What --tasks may name (override; none: the method's evaluation is fixed)."""

@@ -15,6 +15,7 @@ from typing import Any
 from hf_vrl.errors import UserError
 from hf_vrl.hub.folder import CONVERSION_RECORD
 from hf_vrl.methods.diffclip.paper import RELEASED, released_pretraining, released_results
+from hf_vrl.run.layout import OutputDir
 
 __all__ = ["main"]
 
@@ -34,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="output",
         required=True,
         metavar="DIR",
-        help="the model folder to write (new or empty)",
+        help="the model folder to write (new or empty; or one an interrupted `hf-vrl convert` left)",
     )
     parser.add_argument(
         "--tokenizer",
@@ -58,9 +59,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    output = Path(args.output)
-    if output.exists() and any(output.iterdir()):
-        raise UserError(f"{output} is not empty: give a new or empty folder")
+    output = OutputDir(Path(args.output), "convert")
+    _check_output(output)
     from transformers import AutoTokenizer, CLIPProcessor
 
     from hf_vrl.data.processors import load_image_processor
@@ -85,16 +85,27 @@ def main(argv: list[str] | None = None) -> int:
             image_processor=image_processor,
             tokenizer=tokenizer,
         )
-    model.save_pretrained(output)
-    if tokenizer is not None:
-        CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(output)
-        tokenizer.save_pretrained(output)
-    image_processor.save_pretrained(output)
     report = getattr(model, "conversion_report", None)
-    record = conversion_record(args, report)
-    (output / CONVERSION_RECORD).write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {output}" + (f" (conversion: {report})" if report else ""))
+    with output.claim(), output.staged(replace=True) as folder:  # all files, or none (a full disk: one line)
+        _check_output(output)
+        model.save_pretrained(folder)
+        if tokenizer is not None:
+            CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+        image_processor.save_pretrained(folder)
+        (folder / CONVERSION_RECORD).write_text(json.dumps(conversion_record(args, report), indent=2) + "\n")
+    print(f"wrote {output.root}" + (f" (conversion: {report})" if report else ""))
     return 0
+
+
+def _check_output(output: OutputDir) -> None:
+    """--output-dir is new, empty, or a folder an interrupted `hf-vrl convert` left (no conversion.json):
+    a finished conversion is never replaced."""
+    output.check()
+    if (output.root / CONVERSION_RECORD).is_file():
+        raise UserError(
+            f"{output.root} is not empty: it holds a finished conversion; give a new or empty folder"
+        )
 
 
 def _tokenizer(name: str) -> Any:
