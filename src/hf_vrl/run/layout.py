@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hf_vrl.errors import UserError, is_disk_full
 from hf_vrl.run.trust import drop_foreign_auto_maps
@@ -270,6 +270,8 @@ class RunLock:
     over without a word; `<run>/.lock.owner` names the holder (PID, host) for the refusal message.
     """
 
+    _held: ClassVar[set[Path]] = set()  # the folders this process holds
+
     def __init__(self, root: Path, flag: str = "--output-dir"):
         self.root = Path(root)
         self.flag = flag
@@ -291,6 +293,7 @@ class RunLock:
                 f"another {self.flag}"
             ) from None
         self._lock = lock
+        RunLock._held.add(self.root.resolve())
         owner = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -306,8 +309,14 @@ class RunLock:
         except (OSError, ValueError, KeyError):
             return "another process"
 
+    @classmethod
+    def held_here(cls, root: Path) -> bool:
+        """Whether this process holds the lock of `root` (a run that publishes itself at its end)."""
+        return Path(root).resolve() in cls._held
+
     def release(self) -> None:
         if self._lock is not None:
+            RunLock._held.discard(self.root.resolve())
             with contextlib.suppress(OSError):
                 self.owner_file.unlink()
             self._lock.release()

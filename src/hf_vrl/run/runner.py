@@ -498,6 +498,10 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
     previous = _previous_report(out) if resumed else {}
     if "after" in previous and out.final.is_dir():
         logger.info("%s is finished: nothing to train; its report stands", out.root)
+        push_failure = _push(run) if run.is_main and config.output.push_to_hub else None
+        state.wait_for_everyone()
+        if push_failure is not None:  # --push-to-hub of a finished run: pushed now, or one line why not
+            raise UserError(push_failure)
         return previous
     report.update({key: previous[key] for key in ("before",) if key in previous})
     model = None
