@@ -170,10 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     output = OutputDir(Path(args.output_dir), "eval")
     output.check()  # before the checks below read anything: a folder eval must not write is one line
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    from hf_vrl.run.preflight import check_data, check_finished_run, check_source
+    from hf_vrl.run.preflight import check_data, check_finished_run, check_remote_code, check_source
 
     check_finished_run(args.model, "--model")
     check_source(args.model, "--model")  # before loading: one line naming what to change
+    check_remote_code(args.model, "--model", args.trust_remote_code)
+    check_remote_code(args.reference_model, "--reference-model", args.trust_remote_code)
     check_data(args.dataset, "--dataset")
     dataset = train = None
     counts: dict[str, Any] = {}

@@ -4,12 +4,15 @@ that names the setting to change."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError
+
+logger = logging.getLogger("hf_vrl.run")
 
 __all__ = [
     "check_data",
@@ -94,22 +97,38 @@ def check_model_kind(value: str | None, what: str, accepts: Callable[[Any], bool
 
 
 def check_remote_code(path: str | None, what: str, trusted: bool) -> None:
-    """A local model folder whose saved files name Python code (an `auto_map` in config.json or a
-    tokenizer's / processor's file) is loaded only with --trust-remote-code, whatever its model type (a stock
-    `clip` with an auto_map would run that code wherever trust_remote_code is on); refused before anything
-    runs or is written otherwise. hf_vrl's own model types load through the classes hf_vrl registers (their
-    config's auto_map is not followed)."""
-    if path is None or trusted or not Path(path).is_dir():
+    """A local model folder whose config names its own Python code (`auto_map`, a model type neither
+    transformers nor hf_vrl registers) is loaded only with --trust-remote-code; refused before anything
+    runs or is written otherwise (transformers itself refuses such code when the flag is off). Without the
+    flag, the auto_map of a model type transformers or hf_vrl knows is not followed (the known class loads,
+    as transformers does): the log says so, and what hf_vrl writes never carries it
+    (`hf_vrl.run.trust.drop_foreign_auto_maps`)."""
+    if path is None or trusted or not (Path(path) / "config.json").is_file():
         return
-    from hf_vrl.models.auto import AUTO_CONFIGS
-    from hf_vrl.run.trust import foreign_auto_map
+    import json
 
-    carrier = foreign_auto_map(path, exempt_model_types={config.model_type for config in AUTO_CONFIGS})
-    if carrier is not None:
+    from transformers import CONFIG_MAPPING
+
+    import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types)
+
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # not a model folder hf_vrl can judge: loading says what is wrong
+    if not isinstance(config, dict) or not config.get("auto_map"):
+        return
+    if config.get("model_type") not in CONFIG_MAPPING:
         raise UserError(
-            f"{what} {path} carries its own Python code (auto_map in {carrier}): add --trust-remote-code "
+            f"{what} {path} carries its own Python code (auto_map in config.json): add --trust-remote-code "
             "to run it, or give a model transformers or hf_vrl knows"
         )
+    logger.warning(
+        "%s %s names its own Python code (auto_map), which is not run: it loads as transformers' %r model "
+        "(--trust-remote-code runs that code instead)",
+        what,
+        path,
+        config.get("model_type"),
+    )
 
 
 def check_finished_run(path: str | os.PathLike, what: str) -> None:

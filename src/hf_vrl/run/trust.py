@@ -1,19 +1,19 @@
 """Remote code only with the flag, wherever it comes from: an `auto_map` (a model's, tokenizer's or
 processor's pointer to Python code) in a folder the user gives is honoured only with --trust-remote-code
-(`hf_vrl.run.preflight.check_remote_code`), and never copied into what hf_vrl writes unless the code it
-names was written with it: hf_vrl's own remote code (DiffCLIP, DCR, CLUE, a LLaVA with an hf_vrl tower), whose
-modules sit beside the config in the folder hf_vrl saved (`drop_foreign_auto_maps`).
+(`hf_vrl.run.preflight.check_remote_code`; loads without the flag pass trust_remote_code=False), and never
+copied into what hf_vrl writes unless the code it names was written with it: hf_vrl's own remote code
+(DiffCLIP, DCR, CLUE, a LLaVA with an hf_vrl tower), whose modules sit beside the config in the folder hf_vrl
+saved (`drop_foreign_auto_maps`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AUTO_MAP_FILES", "drop_foreign_auto_maps", "foreign_auto_map", "local_auto_map"]
+__all__ = ["AUTO_MAP_FILES", "drop_foreign_auto_maps", "local_auto_map"]
 
 # the saved files transformers reads an `auto_map` from
 AUTO_MAP_FILES = (
@@ -51,20 +51,6 @@ def local_auto_map(folder: Path, auto_map: Any) -> dict[str, Any]:
         for key, value in auto_map.items()
         if _references(value) and all(_written_with(folder, ref) for ref in _references(value))
     }
-
-
-def foreign_auto_map(folder: str | os.PathLike, exempt_model_types: Collection[str] = ()) -> str | None:
-    """The first file of `folder` (`AUTO_MAP_FILES`) that carries an `auto_map`, or None: what makes
-    transformers import Python code from the folder (or elsewhere) with trust_remote_code=True. A config.json
-    of a model type in `exempt_model_types` (classes registered in this process) is not counted."""
-    for name in AUTO_MAP_FILES:
-        data = _read(Path(folder) / name)
-        exempt = (
-            name == "config.json" and isinstance(data, dict) and data.get("model_type") in exempt_model_types
-        )
-        if isinstance(data, dict) and data.get("auto_map") and not exempt:
-            return name
-    return None
 
 
 def drop_foreign_auto_maps(folder: str | os.PathLike) -> list[str]:

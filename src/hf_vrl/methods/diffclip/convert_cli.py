@@ -16,6 +16,7 @@ from hf_vrl.errors import UserError
 from hf_vrl.hub.folder import CONVERSION_RECORD
 from hf_vrl.methods.diffclip.paper import RELEASED, released_pretraining, released_results
 from hf_vrl.run.layout import OutputDir
+from hf_vrl.run.preflight import check_remote_code, check_source
 
 __all__ = ["main"]
 
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from hf_vrl.methods.diffclip.processors import slip_image_processor
     from hf_vrl.models.diffclip import DiffCLIPModel
 
+    check_remote_code(args.clip, "--clip", trusted=False)  # a CLIP loads through transformers' own class
     tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
     if args.official:
         try:  # a pickle that would run code, or no SLIP checkpoint: refused before anything is written
@@ -114,7 +116,6 @@ def _tokenizer(name: str) -> Any:
     from transformers import AutoTokenizer
 
     from hf_vrl.evaluation import resolve_model_path
-    from hf_vrl.run.preflight import check_source
 
     check_source(name, "--tokenizer")
     try:
