@@ -25,7 +25,9 @@ def snapshot(root: Path) -> dict[str, tuple]:
         for name in dirs + files:
             path = Path(parent, name)
             stat = path.lstat()
-            content = os.readlink(path) if path.is_symlink() else path.read_bytes() if path.is_file() else None
+            content = (
+                os.readlink(path) if path.is_symlink() else path.read_bytes() if path.is_file() else None
+            )
             mtime = None if name == ".lock" else stat.st_mtime_ns
             found[str(path.relative_to(root))] = (stat.st_mode, stat.st_size, mtime, content)
     return found
@@ -38,7 +40,16 @@ def places(tmp_path_factory, diffclip_run):
     root = tmp_path_factory.mktemp("guard")
     clip = _clip_folder(root / "inputs" / "clip")
     converted = root / "places" / "converted"
-    argv = ["convert", "diffclip", "--clip", str(clip), "--output", str(converted), "--calibration", "synthetic"]
+    argv = [
+        "convert",
+        "diffclip",
+        "--clip",
+        str(clip),
+        "--output",
+        str(converted),
+        "--calibration",
+        "synthetic",
+    ]
     assert cli.main(argv) == 0
     foreign = root / "places" / "foreign"
     for name in ("figures", "logs", "exports", "checkpoints"):
@@ -113,7 +124,17 @@ def test_a_command_reruns_into_its_own_folder_but_not_while_another_writer_holds
     """Its own folder (its marker) is written again; the same folder held by another process is refused
     in one line naming the holder, and left as it was."""
     out = tmp_path / "eval"
-    argv = ["eval", "--model", str(places["clip"]), "--dataset", "shapes", "--limit", "8", "--image-size", "16"]
+    argv = [
+        "eval",
+        "--model",
+        str(places["clip"]),
+        "--dataset",
+        "shapes",
+        "--limit",
+        "8",
+        "--image-size",
+        "16",
+    ]
     argv += ["--tasks", "clustering", "--no-figures", "--output-dir", str(out)]
     for _ in range(2):
         assert cli.main(argv) == 0
