@@ -1,5 +1,5 @@
 """Every command that writes a folder writes only one it made (issue 37): `train`, `eval`, `llava-align`,
-`export-llava`, `convert`, `push --dry-run --staging-dir` and `compare --plot`, each against a foreign folder
+`export-llava`, `llava-eval`, `convert`, `push --dry-run --staging-dir` and `compare --plot`, each against a foreign folder
 (holding a copy of a run's config.json), a folder of another command and a run folder a live run holds,
 is refused in one line and leaves every file as it was (names, modes, sizes, contents, times)."""
 
@@ -74,6 +74,7 @@ def commands(places: dict[str, Path]) -> dict[str, tuple[list[str], str]]:
         "llava-align": (["llava-align", "--llava", clip], "--output"),
         "export-llava": (["export-llava", "--llava", clip, "--vision", clip], "--output-dir"),
         "convert": (["convert", "diffclip", "--clip", clip, "--calibration", "synthetic"], "--output-dir"),
+        "llava-eval": (["llava-eval", clip, "--tasks", "pope"], "--output-dir"),
         "push": (["push", model, "me/x", "--dry-run"], "--staging-dir"),
         "compare": (["compare", str(places["run"])], "--plot"),
     }
@@ -84,7 +85,7 @@ TARGETS = {  # what each command is pointed at, and what its one line says
     "another command's": ("run", "is not empty and is a folder `hf-vrl train` wrote"),
     "live run": ("live", "is not empty and is a folder `hf-vrl train` wrote"),
 }
-COMMANDS = ["train", "eval", "llava-align", "export-llava", "convert", "push", "compare"]
+COMMANDS = ["train", "eval", "llava-align", "export-llava", "llava-eval", "convert", "push", "compare"]
 
 
 def _expected(command: str, target: str) -> tuple[str, str]:
