@@ -11,7 +11,7 @@ from hf_vrl.errors import UserError
 from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
 from hf_vrl.presets import load_preset
 from hf_vrl.run.config import SAMPLES_PER_STEP, resolve
-from hf_vrl.run.layout import RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
+from hf_vrl.run.layout import OutputDir, RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
 
 
 def config(**overrides):
@@ -206,3 +206,39 @@ def test_a_takeover_keeps_inputs_only_when_they_were_made_by_the_same_run(tmp_pa
     atomic_write_json(run.config_file, config(seed=5).to_dict())
     run.clear_unstarted(config(seed=6))
     assert not run.inputs.exists()
+
+
+def test_what_hf_vrl_writes_keeps_only_an_auto_map_whose_code_is_beside_it(tmp_path):
+    """issue 37: save_pretrained carried a pretrained folder's auto_map (code elsewhere) into final/."""
+    with atomic_dir(tmp_path / "final") as folder:
+        (folder / "modeling_own.py").write_text("")
+        auto_map = {
+            "AutoConfig": "modeling_own.C",
+            "AutoModel": "other/repo--modeling_x.M",
+            "AutoX": "gone.X",
+        }
+        (folder / "config.json").write_text(json.dumps({"model_type": "clip", "auto_map": auto_map}))
+        (folder / "sub").mkdir()
+        (folder / "sub" / "tokenizer_config.json").write_text(
+            json.dumps({"auto_map": {"AutoTokenizer": ["a.T", None]}})
+        )
+    assert json.loads((tmp_path / "final/config.json").read_text())["auto_map"] == {
+        "AutoConfig": "modeling_own.C"
+    }
+    assert "auto_map" not in json.loads((tmp_path / "final/sub/tokenizer_config.json").read_text())
+
+
+def test_a_command_writes_its_folder_all_at_once_and_a_failure_leaves_it_as_it_was(tmp_path):
+    output = OutputDir(tmp_path / "out", "convert")
+    with output.claim(), output.staged(replace=True) as folder:
+        (folder / "a.txt").write_text("first")
+        (folder / "b.txt").write_text("first")
+    with pytest.raises(RuntimeError), output.claim(), output.staged(replace=True) as folder:
+        (folder / "a.txt").write_text("second")
+        raise RuntimeError("killed")
+    assert (tmp_path / "out/a.txt").read_text() == "first"
+    with output.claim(), output.staged(replace=True) as folder:
+        (folder / "a.txt").write_text("third")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")) == ["a.txt"]
+    with pytest.raises(UserError, match="is a folder `hf-vrl convert` wrote"):
+        OutputDir(tmp_path / "out", "eval").check()

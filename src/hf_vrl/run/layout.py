@@ -376,10 +376,11 @@ class OutputDir:
 
     def check(self) -> None:
         """Refuse, before anything is written, a folder this command must not write into (one line)."""
-        if self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
-            kind = "a link" if self.root.is_symlink() else "a file"
+        if self.root.is_symlink() and not self.root.exists():
+            raise UserError(f"{self.flag} {self.root} is a link to nothing: give a folder")
+        if self.root.exists() and not self.root.is_dir():
             raise UserError(
-                f"{self.flag} {self.root} is {kind}: give a folder (new, or one hf-vrl {self.command} wrote)"
+                f"{self.flag} {self.root} is a file: give a folder (new, or one hf-vrl {self.command} wrote)"
             )
         if self.is_ours():
             self._check_can_write()
