@@ -109,7 +109,7 @@ def check_remote_code(path: str | None, what: str, trusted: bool) -> None:
 
     from transformers import CONFIG_MAPPING
 
-    import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types)
+    from hf_vrl.models.auto import AUTO_CONFIGS  # importing it registers hf_vrl's model types
 
     try:
         config = json.loads((Path(path) / "config.json").read_text())
@@ -122,6 +122,8 @@ def check_remote_code(path: str | None, what: str, trusted: bool) -> None:
             f"{what} {path} carries its own Python code (auto_map in config.json): add --trust-remote-code "
             "to run it, or give a model transformers or hf_vrl knows"
         )
+    if config.get("model_type") in {known.model_type for known in AUTO_CONFIGS}:
+        return  # hf_vrl's own model, its code the classes hf_vrl registers
     logger.warning(
         "%s %s names its own Python code (auto_map), which is not run: it loads as transformers' %r model "
         "(--trust-remote-code runs that code instead)",
