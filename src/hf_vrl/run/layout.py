@@ -42,7 +42,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -96,7 +96,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
     os.replace(handle.name, path)
 
 
-def atomic_write_bytes(path: Path, write: Any) -> None:
+def atomic_write_bytes(path: Path, write: Callable[[Path], Any]) -> None:
     """Write a file at `path` through `write(temporary path)` in the same folder and a rename, with the
     mode the umask gives (`readable_as_umask`): a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
