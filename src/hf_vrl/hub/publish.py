@@ -214,8 +214,8 @@ def _default_api(token: str | None) -> Any:
 def _dry_run_dir(staging_dir: str | Path | None, folder: ModelFolder, repo_id: str) -> OutputDir:
     """The staging folder of a dry run (`OutputDir` of `push`): by default
     `<run>/hub-staging/<owner>--<name>`, replaced by each dry run; a given one new, empty or an earlier dry
-    run's. A staging folder reached
-    through a link (a linked `hub-staging/`) is refused: replacing it would delete outside the run."""
+    run's. A default staging folder reached through a link (a linked `hub-staging/`) is refused: replacing it
+    would delete outside the run."""
     if staging_dir is not None:
         target = OutputDir(Path(staging_dir), "push", "--staging-dir")
     else:
