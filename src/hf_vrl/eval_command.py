@@ -196,14 +196,13 @@ def main(argv: list[str] | None = None) -> int:
 
         mmvp = load_mmvp_vlm(mmvp, allow_partial=args.allow_partial)
         counts["mmvp"] = counts_of(mmvp, BENCHMARKS["mmvp_vlm"], "test").as_dict()
-    with output.claim():  # one writer per folder, from the model's loading to the last report
-        return _evaluate(args, device, dataset, train, counts, mmvp)
+    models = _load_models(args)  # a model that cannot be scored is refused before the folder is written
+    with output.claim():  # one writer per folder, until the last report
+        return _evaluate(args, device, models, dataset, train, counts, mmvp)
 
 
-def _evaluate(
-    args: argparse.Namespace, device: str, dataset: Any, train: Any, counts: dict[str, Any], mmvp: Any
-) -> int:
-    """Load the model(s), evaluate, write report.json (rewritten as each task ends) and the figures."""
+def _load_models(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    """(model, image processor, tokenizer, the rsa task's reference model or None)."""
     remote = args.trust_remote_code
     model, image_processor, tokenizer = evaluation.load_model_and_processors(
         args.model, trust_remote_code=remote
@@ -211,6 +210,20 @@ def _evaluate(
     reference = None
     if "rsa" in args.tasks and args.reference_model:
         reference, _, _ = evaluation.load_model_and_processors(args.reference_model, trust_remote_code=remote)
+    return model, image_processor, tokenizer, reference
+
+
+def _evaluate(
+    args: argparse.Namespace,
+    device: str,
+    models: tuple[Any, Any, Any, Any],
+    dataset: Any,
+    train: Any,
+    counts: dict[str, Any],
+    mmvp: Any,
+) -> int:
+    """Evaluate, write report.json (rewritten as each task ends) and the figures."""
+    model, image_processor, tokenizer, reference = models
     model.to(device).eval()
     out = Path(args.output_dir)
     report: dict[str, Any] = {
