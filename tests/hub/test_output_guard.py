@@ -1,7 +1,7 @@
 """Every command that writes a folder writes only one it made (issue 37): `train`, `eval`, `llava-align`,
-`export-llava`, `llava-eval`, `convert`, `push --dry-run --staging-dir` and `compare --plot`, each against a foreign folder
-(holding a copy of a run's config.json), a folder of another command and a run folder a live run holds,
-is refused in one line and leaves every file as it was (names, modes, sizes, contents, times)."""
+`export-llava`, `llava-eval`, `convert`, `push --dry-run --staging-dir` and `compare --plot`, each against a
+foreign folder (holding a copy of a run's config.json), a folder of another command and a run folder a live
+run holds, is refused in one line and leaves every file as it was (names, modes, sizes, contents, times)."""
 
 from __future__ import annotations
 
