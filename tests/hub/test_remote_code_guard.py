@@ -131,3 +131,15 @@ def test_push_stages_no_foreign_auto_map(folder, dive_run, tmp_path):
         config_file.write_text(json.dumps(config))
     assert auto_maps(tmp_path / "staged") == [] and not sentinel.exists()
     assert "trust_remote_code=True" not in (tmp_path / "staged" / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_dry_run_runs_no_code_and_writes_no_auto_map(folder, tmp_path):
+    """`hf-vrl train dive --pretrained <planted> --pretrain-steps 0 --dry-run` (40 s on a CPU): its load-back
+    ran the planted code before (issue 37)."""
+    planted_folder, sentinel = folder
+    argv = ["train", "dive", "--pretrained", str(planted_folder), "--pretrain-steps", "0", "--val-size", "0"]
+    assert cli.main([*argv, "--dry-run", "--output-dir", str(tmp_path / "dry")]) == 0
+    assert not sentinel.exists() and auto_maps(tmp_path / "dry") == []
+    loaded = json.loads((tmp_path / "dry" / "dry_run.json").read_text())["load_back"]
+    assert {found.get("class") for found in loaded.values()} == {"CLIPModel", "CLIPVisionModel"}, loaded

@@ -13,6 +13,7 @@ from typing import Any
 from hf_vrl.errors import UserError
 
 logger = logging.getLogger("hf_vrl.run")
+_WARNED: set[str] = set()  # folders whose auto_map the log has named (once each)
 
 __all__ = [
     "check_data",
@@ -122,8 +123,9 @@ def check_remote_code(path: str | None, what: str, trusted: bool) -> None:
             f"{what} {path} carries its own Python code (auto_map in config.json): add --trust-remote-code "
             "to run it, or give a model transformers or hf_vrl knows"
         )
-    if config.get("model_type") in {known.model_type for known in AUTO_CONFIGS}:
-        return  # hf_vrl's own model, its code the classes hf_vrl registers
+    if config.get("model_type") in {known.model_type for known in AUTO_CONFIGS} or path in _WARNED:
+        return  # hf_vrl's own model, its code the classes hf_vrl registers; or said already
+    _WARNED.add(path)
     logger.warning(
         "%s %s names its own Python code (auto_map), which is not run: it loads as transformers' %r model "
         "(--trust-remote-code runs that code instead)",

@@ -132,14 +132,6 @@ class DiffCLIPMethod(Method):
 
         return model_config(self.config.model.architecture, self.config.model.arch).vision_config.image_size
 
-    def check(self) -> None:
-        """The shared checks, and a --compare-with folder's code run only with --trust-remote-code."""
-        from hf_vrl.run.preflight import check_remote_code
-
-        super().check()
-        settings = self.config.diffclip
-        check_remote_code(settings.compare_with, "--compare-with", settings.trust_remote_code)
-
     def setup(self) -> None:
         import hf_vrl.models  # noqa: F401  (registers DiffCLIP with the Auto classes for load_final)
         from hf_vrl.methods.diffclip.build import load_processors
