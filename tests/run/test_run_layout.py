@@ -237,8 +237,10 @@ def test_a_command_writes_its_folder_all_at_once_and_a_failure_leaves_it_as_it_w
         (folder / "a.txt").write_text("second")
         raise RuntimeError("killed")
     assert (tmp_path / "out/a.txt").read_text() == "first"
+    OutputDir(tmp_path / "out" / "eval", "llava-eval").claim().release()  # another command's, inside
     with output.claim(), output.staged(replace=True) as folder:
         (folder / "a.txt").write_text("third")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")) == ["a.txt"]
+    kept = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("."))
+    assert kept == ["a.txt", "eval"]  # b.txt (its own) replaced, the other command's folder kept
     with pytest.raises(UserError, match="is a folder `hf-vrl convert` wrote"):
         OutputDir(tmp_path / "out", "eval").check()

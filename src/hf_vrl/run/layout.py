@@ -340,6 +340,11 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _holds_marked(path: Path) -> bool:
+    """Whether `path` is, or holds, a folder an hf_vrl command marked (links not followed)."""
+    return path.is_dir() and not path.is_symlink() and any(path.rglob(RUN_MARKER))
+
+
 def marker_command(folder: str | os.PathLike) -> str | None:
     """The command that made `folder` (its `RUN_MARKER`; a marker that names none is `train`'s, as written
     before markers named their command), or None where there is no marker."""
@@ -429,8 +434,9 @@ class OutputDir:
     def staged(self, replace: bool = False) -> Iterator[Path]:
         """Yield a temporary folder inside this (claimed) folder; on success each of its files and folders
         takes its place in the folder in one rename, with the modes the umask gives (`replace`: what else
-        the folder held goes, its marker and lock aside). A failure (a full disk: one line) leaves the
-        folder as it was, so that the same command can run again into it."""
+        the folder held goes, its marker and lock aside, and any folder holding another command's output,
+        such as `hf-vrl llava-eval`'s results inside an `export-llava` folder). A failure (a full disk: one
+        line) leaves the folder as it was, so that the same command can run again into it."""
         staging = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGING_PREFIX))
         try:
             with disk_full_is_one_line(staging, self.root, then="then run the command again"):
@@ -442,7 +448,7 @@ class OutputDir:
         readable_as_umask(staging)
         kept = {RUN_MARKER, staging.name, *LOCK_FILES}
         for old in self.root.iterdir() if replace else ():
-            if old.name not in kept and not (staging / old.name).exists():
+            if old.name not in kept and not (staging / old.name).exists() and not _holds_marked(old):
                 _remove(old)
         for item in staging.iterdir():
             target = self.root / item.name
