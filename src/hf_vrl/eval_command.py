@@ -4,9 +4,7 @@ write report.json and figures, print the summary."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -18,6 +16,7 @@ import torch
 from hf_vrl import evaluation
 from hf_vrl.data.images import SampleFilter
 from hf_vrl.run.data import rows_summary
+from hf_vrl.run.layout import OutputDir, atomic_write_json
 
 logger = logging.getLogger(__name__)
 
@@ -182,14 +181,6 @@ def _show_progress_logs() -> None:
         package.setLevel(logging.INFO)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` to `path` atomically (a reader never sees a half-written report)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.tmp")
-    staged.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(staged, path)
-
-
 def _summary(report: Mapping[str, Any]) -> str:
     """One line per task: its headline numbers."""
     rows = [["task", "result"]]
@@ -202,18 +193,22 @@ def _summary(report: Mapping[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`hf-vrl eval`: evaluate a model and write report.json (+ figures) to --output-dir, the report being
-    rewritten as each task finishes (`complete` is false until the end)."""
+    rewritten as each task finishes (`complete` is false until the end). The folder is new, empty or an
+    earlier `hf-vrl eval`'s, held by this process until the end (`OutputDir`)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.dataset is None and args.mmvp_dir is None:
         parser.error("give --dataset, --mmvp-dir or both")
     _show_progress_logs()
+    output = OutputDir(Path(args.output_dir), "eval")
+    output.check()  # before the checks below read anything: a folder eval must not write is one line
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    remote = args.trust_remote_code
-    from hf_vrl.run.preflight import check_data, check_finished_run, check_source
+    from hf_vrl.run.preflight import check_data, check_finished_run, check_remote_code, check_source
 
     check_finished_run(args.model, "--model")
     check_source(args.model, "--model")  # before loading: one line naming what to change
+    check_remote_code(args.model, "--model", args.trust_remote_code)
+    check_remote_code(args.reference_model, "--reference-model", args.trust_remote_code)
     check_data(args.dataset, "--dataset")
     dataset = train = None
     counts: dict[str, Any] = {}
@@ -242,12 +237,35 @@ def main(argv: list[str] | None = None) -> int:
         mirror = BENCHMARKS["mmvp_vlm"].mirror(repo_id=mmvp.removeprefix("hf:"))
         mmvp = load_mmvp_vlm(local_copy(mmvp), allow_partial=args.allow_partial)
         counts["mmvp"] = counts_of(mmvp, BENCHMARKS["mmvp_vlm"], "test", mirror).as_dict()
+    models = _load_models(args)  # a model that cannot be scored is refused before the folder is written
+    with output.claim():  # one writer per folder, until the last report
+        return _evaluate(args, device, models, (dataset, train, mmvp), counts, skips)
+
+
+def _load_models(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    """(model, image processor, tokenizer, the rsa task's reference model or None)."""
+    remote = args.trust_remote_code
     model, image_processor, tokenizer = evaluation.load_model_and_processors(
         args.model, trust_remote_code=remote
     )
     reference = None
     if "rsa" in args.tasks and args.reference_model:
         reference, _, _ = evaluation.load_model_and_processors(args.reference_model, trust_remote_code=remote)
+    return model, image_processor, tokenizer, reference
+
+
+def _evaluate(
+    args: argparse.Namespace,
+    device: str,
+    models: tuple[Any, Any, Any, Any],
+    data: tuple[Any, Any, Any],
+    counts: dict[str, Any],
+    skips: Mapping[str, SampleFilter],
+) -> int:
+    """Evaluate `data` (test set, probe's training set, MMVP), write report.json (rewritten as each task
+    ends) and the figures; `skips` counts each split's unusable images."""
+    model, image_processor, tokenizer, reference = models
+    dataset, train, mmvp = data
     model.to(device).eval()
     out = Path(args.output_dir)
     report: dict[str, Any] = {
@@ -268,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         report["partial"] = not all(record["complete"] for record in counts.values())
 
     def write(partial: dict[str, Any]) -> None:
-        _write_json(out / "report.json", {**report, **partial})
+        atomic_write_json(out / "report.json", {**report, **partial})
 
     embeddings = None
     if dataset is not None:

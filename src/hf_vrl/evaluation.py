@@ -39,8 +39,8 @@ from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
 from hf_vrl.data.imagenet import OBJECTNET_BORDER, BorderCropped
 from hf_vrl.data.processors import load_image_processor
-from hf_vrl.data.registry import how_drawn, text_source
 from hf_vrl.data.prompts import imagenet_family
+from hf_vrl.data.registry import how_drawn, text_source
 from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.errors import UserError
 

@@ -138,10 +138,15 @@ def test_dry_run_stages_the_folder_and_makes_no_hub_call(diffclip_run, hub, tmp_
     publication = publish(diffclip_run, "me/x", api=hub.api, dry_run=True, staging_dir=tmp_path / "stage")
     assert hub.calls == [] and publication.commit is None and publication.staging_dir == tmp_path / "stage"
     staged = {p.relative_to(tmp_path / "stage").as_posix() for p in (tmp_path / "stage").rglob("*")}
-    assert set(publication.files) == EXPECTED["diffclip", "final"] == {s for s in staged if "." in s}
+    staged = {s for s in staged if "." in s and not s.startswith(".")}  # its marker and lock aside
+    assert set(publication.files) == EXPECTED["diffclip", "final"] == staged
     assert publication.files["model.safetensors"] == (diffclip_run / "final/model.safetensors").stat().st_size
-    with pytest.raises(UserError, match="is not empty"):
-        publish(diffclip_run, "me/x", dry_run=True, staging_dir=tmp_path / "stage")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="is not empty and is not a folder hf_vrl wrote"):
+        publish(diffclip_run, "me/x", dry_run=True, staging_dir=tmp_path / "mine")
+    again = publish(diffclip_run, "me/x", dry_run=True, staging_dir=tmp_path / "stage")  # its own: replaced
+    assert set(again.files) == set(publication.files)
     with pytest.raises(UserError, match="staging folder is for dry runs"):
         publish(diffclip_run, "me/x", api=hub.api, staging_dir=tmp_path / "other")
 

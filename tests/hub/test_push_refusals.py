@@ -56,7 +56,7 @@ def test_a_run_that_stopped_before_final_says_resume(diffclip_run, tmp_path, cap
         "--dataset",
         "shapes",
         "--output-dir",
-        str(tmp_path),
+        str(tmp_path / "eval"),
     ]
     for command in (["push", str(stopped), "me/x", "--dry-run"], evaluation):
         code = cli.main(command)

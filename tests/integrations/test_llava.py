@@ -269,6 +269,9 @@ def test_export_llava_writes_a_checkpoint_plain_transformers_reloads(tokenizer, 
     tower_dir = _dcr_export(tmp_path / "tower")
     out = tmp_path / "out"
     assert export_main(["--llava", str(llava_dir), "--vision", str(tower_dir), "--output", str(out)]) == 0
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~mask  # the umask's (issue 37)
 
     reloaded = LlavaForConditionalGeneration.from_pretrained(out).eval()
     expected = LlavaForConditionalGeneration.from_pretrained(llava_dir).eval()

@@ -4,6 +4,7 @@ held-out caption loss, resumes exactly, and the saved LLaVA reloads with the sam
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -80,6 +81,9 @@ def test_llava_align_relearns_the_projector_for_a_tower_of_another_width(trained
     # measured: 1.48 -> 1.21 nats per caption token (the trained LLaVA with its own tower: 1.18)
     assert report["eval_loss_after"] < report["eval_loss_before"] - 0.15
     assert not (out / "checkpoints").exists()
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~mask  # the umask's (issue 37)
 
     aligned = LlavaForConditionalGeneration.from_pretrained(out)
     before = LlavaForConditionalGeneration.from_pretrained(trained_llava)

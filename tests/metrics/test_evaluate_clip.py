@@ -701,7 +701,7 @@ def test_streamed_sources_are_materialised_with_a_limit(monkeypatch):
 def test_main_logs_each_task_and_rewrites_the_report_as_tasks_finish(clip_dir, registry, tmp_path, caplog):
     out = tmp_path / "run"
     snapshots = []
-    real_write = eval_command._write_json
+    real_write = eval_command.atomic_write_json
 
     def write_and_read_back(path, data):
         real_write(path, data)
@@ -709,7 +709,7 @@ def test_main_logs_each_task_and_rewrites_the_report_as_tasks_finish(clip_dir, r
 
     argv = ["--model", str(clip_dir), "--dataset", "colors", "--no-figures", "--output-dir", str(out)]
     with caplog.at_level(logging.INFO, logger="hf_vrl"), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(eval_command, "_write_json", write_and_read_back)
+        patch.setattr(eval_command, "atomic_write_json", write_and_read_back)
         assert eval_command.main(argv) == 0
     tasks = list(evaluation.DEFAULT_TASKS)
     assert [[t for t in tasks if t in s] for s in snapshots] == [

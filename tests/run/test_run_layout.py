@@ -12,7 +12,7 @@ from hf_vrl.errors import UserError
 from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
 from hf_vrl.presets import load_preset
 from hf_vrl.run.config import SAMPLES_PER_STEP, resolve
-from hf_vrl.run.layout import RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
+from hf_vrl.run.layout import OutputDir, RunDir, atomic_dir, atomic_write_json, last_complete_checkpoint
 
 
 def config(**overrides):
@@ -30,6 +30,7 @@ def saved_step(run, step=2):
 
 def recorded(tmp_path, cfg):
     run = RunDir(tmp_path / "run")
+    run.mark()
     atomic_write_json(run.config_file, cfg.to_dict())
     saved_step(run)
     return run
@@ -37,6 +38,7 @@ def recorded(tmp_path, cfg):
 
 def test_a_folder_whose_run_never_saved_a_step_is_not_a_run(tmp_path):
     run = RunDir(tmp_path / "run")
+    run.mark()
     atomic_write_json(run.config_file, config(seed=5).to_dict())
     (run.checkpoints("train") / ".staging" / "checkpoint-2").mkdir(parents=True)
     (run.checkpoints("train") / "checkpoint-4").mkdir()  # incomplete
@@ -175,7 +177,7 @@ def test_only_folders_hf_vrl_made_are_written(tmp_path):
     for name in ("figures", "logs", "exports"):
         (foreign / name).mkdir(parents=True)
     (foreign / "config.json").write_text('{"model_type": "bert"}')
-    with pytest.raises(UserError, match="is not empty and is not an hf_vrl run folder"):
+    with pytest.raises(UserError, match="is not empty and is not a folder hf_vrl wrote"):
         RunDir(foreign).check_writable()
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="is a file"):
@@ -183,9 +185,17 @@ def test_only_folders_hf_vrl_made_are_written(tmp_path):
     for ours in (tmp_path / "new", tmp_path / "empty"):
         ours.mkdir(exist_ok=ours.name == "new")
         RunDir(ours).check_writable()
-    earlier = tmp_path / "earlier"  # a run folder of an earlier release: its config.json, no marker
-    atomic_write_json(earlier / "config.json", config().to_dict())
-    RunDir(earlier).check_writable()
+    copied = tmp_path / "copied"  # a folder holding a copy of a run's config.json: not taken for a run
+    for name in ("figures", "logs", "exports", "checkpoints"):
+        (copied / name).mkdir(parents=True)
+    atomic_write_json(copied / "config.json", config().to_dict())
+    with pytest.raises(UserError, match="is not empty and is not a folder hf_vrl wrote"):
+        RunDir(copied).check_writable()
+    marked = tmp_path / "marked"  # a run of hf_vrl before markers named their command: train's
+    marked.mkdir()
+    (marked / ".hf-vrl-run").write_text('{"hf_vrl": "0.1.0"}')
+    (marked / "config.json").write_text("{}")
+    RunDir(marked).check_writable()
 
 
 def test_a_takeover_keeps_inputs_only_when_they_were_made_by_the_same_run(tmp_path):
@@ -200,3 +210,41 @@ def test_a_takeover_keeps_inputs_only_when_they_were_made_by_the_same_run(tmp_pa
     atomic_write_json(run.config_file, config(seed=5).to_dict())
     run.clear_unstarted(config(seed=6))
     assert not run.inputs.exists()
+
+
+def test_what_hf_vrl_writes_keeps_only_an_auto_map_whose_code_is_beside_it(tmp_path):
+    """issue 37: save_pretrained carried a pretrained folder's auto_map (code elsewhere) into final/."""
+    with atomic_dir(tmp_path / "final") as folder:
+        (folder / "modeling_own.py").write_text("")
+        auto_map = {
+            "AutoConfig": "modeling_own.C",
+            "AutoModel": "other/repo--modeling_x.M",
+            "AutoX": "gone.X",
+        }
+        (folder / "config.json").write_text(json.dumps({"model_type": "clip", "auto_map": auto_map}))
+        (folder / "sub").mkdir()
+        (folder / "sub" / "tokenizer_config.json").write_text(
+            json.dumps({"auto_map": {"AutoTokenizer": ["a.T", None]}})
+        )
+    assert json.loads((tmp_path / "final/config.json").read_text())["auto_map"] == {
+        "AutoConfig": "modeling_own.C"
+    }
+    assert "auto_map" not in json.loads((tmp_path / "final/sub/tokenizer_config.json").read_text())
+
+
+def test_a_command_writes_its_folder_all_at_once_and_a_failure_leaves_it_as_it_was(tmp_path):
+    output = OutputDir(tmp_path / "out", "convert")
+    with output.claim(), output.staged(replace=True) as folder:
+        (folder / "a.txt").write_text("first")
+        (folder / "b.txt").write_text("first")
+    with pytest.raises(RuntimeError), output.claim(), output.staged(replace=True) as folder:
+        (folder / "a.txt").write_text("second")
+        raise RuntimeError("killed")
+    assert (tmp_path / "out/a.txt").read_text() == "first"
+    OutputDir(tmp_path / "out" / "eval", "llava-eval").claim().release()  # another command's, inside
+    with output.claim(), output.staged(replace=True) as folder:
+        (folder / "a.txt").write_text("third")
+    kept = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("."))
+    assert kept == ["a.txt", "eval"]  # b.txt (its own) replaced, the other command's folder kept
+    with pytest.raises(UserError, match="is a folder `hf-vrl convert` wrote"):
+        OutputDir(tmp_path / "out", "eval").check()

@@ -68,7 +68,7 @@ SHORT = ["--max-steps", "1", "--train-limit", "64"]
 CASES = {
     "yaml": (["train", "diffclip", "--config", "broken.yaml"], "broken.yaml is not valid YAML: expected ','"),
     "output file": (["train", "diffclip", "--output-dir", "a-file"], "--output-dir a-file is a file"),
-    "foreign folder": (["train", "diffclip", "--output-dir", "mine"], "is not an hf_vrl run folder"),
+    "foreign folder": (["train", "diffclip", "--output-dir", "mine"], "is not a folder hf_vrl wrote"),
     "split": (["train", "diffclip", "--split", "validation", *SHORT], "--dataset shapes (split validation)"),
     "eval split": (
         ["train", "diffclip", "--eval-split", "validation", *SHORT],

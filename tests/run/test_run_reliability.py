@@ -125,6 +125,7 @@ def test_a_folder_whose_run_never_saved_a_step_is_taken_over(diffclip_full, tmp_
     the corrected command starts there, with nothing of the old attempt. Files follow the umask."""
     out = tmp_path / "run"
     out.mkdir()
+    (out / ".hf-vrl-run").write_text('{"command": "train"}')  # the run's first write: its marker
     (out / "config.json").write_text(json.dumps({"method": "diffclip", "optim": {"lr_scheduler": "cosinus"}}))
     (out / "report.json").write_text(json.dumps({"before": {"stale": 1}}))
     (out / "logs/skips").mkdir(parents=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from PIL import Image
@@ -10,6 +11,7 @@ from PIL import Image
 from hf_vrl.cli import main
 from hf_vrl.errors import UserError
 from hf_vrl.run.report import compare_table, load_report, metric_rows
+from hf_vrl.run.report import main as compare
 
 
 def write(folder, report):
@@ -59,3 +61,37 @@ def test_the_command_prints_and_plots(tmp_path, capsys):
 def test_a_folder_without_a_report_is_named(tmp_path):
     with pytest.raises(UserError, match="has no report.json"):
         load_report(tmp_path)
+
+
+def test_a_plot_replaces_only_a_plot_compare_wrote(tmp_path):
+    """--plot onto a run's report.json (or any file compare did not write, or into a folder another command
+    made) is refused in one line and leaves the file as it was; compare's own plot is replaced (issue 37)."""
+    run = write(tmp_path / "runs" / "clip", CLIP)
+    report = (run / "report.json").read_bytes()
+    with pytest.raises(UserError, match="exists and is not a plot `hf-vrl compare` wrote"):
+        compare([str(run), "--plot", str(run / "report.json")])
+    assert (run / "report.json").read_bytes() == report
+    Image.new("RGB", (4, 4)).save(tmp_path / "photo.png")  # a PNG, but not compare's
+    with pytest.raises(UserError, match="is not a plot `hf-vrl compare` wrote"):
+        compare([str(run), "--plot", str(tmp_path / "photo.png")])
+    (run / ".hf-vrl-run").write_text('{"command": "train"}')
+    with pytest.raises(UserError, match="inside .*clip, a folder another hf-vrl command made"):
+        compare([str(run), "--plot", str(run / "figures" / "cmp.png")])
+    assert not (run / "figures").exists()
+    plot = tmp_path / "cmp.png"
+    for _ in range(2):  # a second comparison replaces the first one's plot
+        assert compare([str(run), "--plot", str(plot)]) == 0
+    assert oct(plot.stat().st_mode & 0o777) == oct(0o666 & ~umask())
+
+
+def test_a_damaged_report_is_one_line(tmp_path):
+    for content in ("{", "", "[1, 2]", "\xff"):
+        (tmp_path / "report.json").write_bytes(content.encode("latin-1"))
+        with pytest.raises(UserError, match="report"):
+            compare([str(tmp_path)])
+
+
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

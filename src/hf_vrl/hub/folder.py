@@ -2,9 +2,11 @@
 hf_vrl saved outside a run (`hf-vrl convert`, `save_pretrained` of an hf_vrl model); the checks before
 anything is uploaded, and the files that go up.
 
-Uploaded: the weights (safetensors only), configs, processor and tokenizer files and the remote-code modules
-a custom model's `auto_map` names; an export without an image processor borrows the run's (`final/`).
-Anything else in the folder (pickles, optimizer states) stays behind. An hf_vrl model saved without its code
+Uploaded: only what a model folder needs (`MODEL_FILES`: the weights as safetensors, configs, processor and
+tokenizer files, `conversion.json`) and the remote-code modules a custom model's `auto_map` names; an export
+without an image processor borrows the run's (`final/`). Anything else in the folder (pickles, optimizer
+states, a `token.txt` or `credentials.json` someone left there, a link that leads out of the run) stays
+behind, and weights that are not finite (NaN, inf) are refused. An hf_vrl model saved without its code
 (no `auto_map`, or a module it names missing) gets it at staging (`hf_vrl.hub.remote_code`), so the Hub copy
 loads with `trust_remote_code=True` where hf_vrl is not installed. How the model loads is `hf_vrl.hub.usage`.
 """
@@ -12,17 +14,30 @@ loads with `trust_remote_code=True` where hf_vrl is not installed. How the model
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError
-from hf_vrl.hub.remote_code import code_complete, hf_vrl_model_type
+from hf_vrl.hub.remote_code import code_complete, code_files, hf_vrl_model_type
 from hf_vrl.run.layout import RunDir
+from hf_vrl.run.trust import local_auto_map
 
-__all__ = ["CONVERSION_RECORD", "IMAGE_PROCESSOR", "TOKENIZER_FILES", "ModelFolder"]
+__all__ = ["CONVERSION_RECORD", "IMAGE_PROCESSOR", "MODEL_FILES", "TOKENIZER_FILES", "ModelFolder"]
 
-UPLOADED_SUFFIXES = (".safetensors", ".json", ".py", ".txt", ".model")
+# the files of a model folder that go to the Hub (its remote code aside: the modules its auto_map names)
+MODEL_FILES = frozenset(
+    {
+        "config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+        "conversion.json", "preprocessor_config.json", "processor_config.json",
+        "image_processor_config.json", "video_preprocessor_config.json", "tokenizer.json",
+        "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+        "vocab.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "chat_template.jinja",
+        "chat_template.json",
+    }
+)  # fmt: skip
+WEIGHT_SHARD = re.compile(r"^model-\d+-of-\d+\.safetensors$")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 IMAGE_PROCESSOR = "preprocessor_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -59,7 +74,7 @@ class ModelFolder:
         config = _read_config(path)
         if not hf_vrl_model_type(config):
             _check_remote_code(path, config)
-        return cls(run=run, what=what, path=path, config=config, run_config=run_config)
+        return cls(run=run, what=what, path=path, config=_own_code_only(path, config), run_config=run_config)
 
     @classmethod
     def _model_folder(cls, path: Path, what: str) -> ModelFolder:
@@ -83,7 +98,7 @@ class ModelFolder:
                 "huggingface_hub's upload_folder, or push the run folder it came from"
             )
         _check_weights(path)
-        return cls(run=None, what="model", path=path, config=config, run_config={})
+        return cls(run=None, what="model", path=path, config=_own_code_only(path, config), run_config={})
 
     @property
     def method(self) -> str:
@@ -114,17 +129,33 @@ class ModelFolder:
     def pipeline_tag(self) -> str:
         return "zero-shot-image-classification" if self.dual_encoder else "image-feature-extraction"
 
+    @property
+    def root(self) -> Path:
+        """The folder nothing uploaded may lead out of: the run's, or the model folder itself."""
+        return self.run.root if self.run is not None else self.path
+
     def files(self) -> dict[str, Path]:
         """{file name: file on disk} of the model's files to upload (missing remote code comes at staging)."""
-        files = {p.name: p for p in sorted(self.path.iterdir()) if _uploaded(p)}
+        files = {p.name: p for p in sorted(self.path.iterdir()) if self._uploaded(p)}
         borrowed = self.run.final / IMAGE_PROCESSOR if self.run is not None else self.path / IMAGE_PROCESSOR
-        if IMAGE_PROCESSOR not in files and borrowed.is_file():
+        if IMAGE_PROCESSOR not in files and self._uploaded(borrowed):
             files[IMAGE_PROCESSOR] = borrowed
         return files
 
     def left_out(self) -> list[str]:
-        """Files of the folder that are not uploaded."""
-        return [p.name for p in sorted(self.path.iterdir()) if p.is_file() and not _uploaded(p)]
+        """Files (and links) of the folder that are not uploaded."""
+        return [
+            p.name
+            for p in sorted(self.path.iterdir())
+            if (p.is_file() or p.is_symlink()) and not self._uploaded(p)
+        ]
+
+    def _uploaded(self, path: Path) -> bool:
+        """A file the model needs (`MODEL_FILES`, a weight shard, a module of its own remote code) that is
+        in the run, not reached through a link leading out of it."""
+        code = code_files(self.path, self.config) if path.suffix == ".py" else set()
+        needed = path.name in MODEL_FILES or WEIGHT_SHARD.match(path.name) or path.name in code
+        return bool(needed) and path.is_file() and inside(path, self.root)
 
 
 def _available(run: RunDir) -> list[str]:
@@ -134,8 +165,18 @@ def _available(run: RunDir) -> list[str]:
     return names
 
 
-def _uploaded(path: Path) -> bool:
-    return path.is_file() and not path.name.startswith((".", "_")) and path.suffix in UPLOADED_SUFFIXES
+def inside(path: Path, root: Path) -> bool:
+    """Whether `path`, links resolved, lies in `root`."""
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def _own_code_only(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with only the auto_map entries whose code is in `path` (`hf_vrl.run.trust`): an entry
+    naming code elsewhere is not published."""
+    if "auto_map" not in config:
+        return config
+    kept = local_auto_map(path, config["auto_map"])
+    return {**{k: v for k, v in config.items() if k != "auto_map"}, **({"auto_map": kept} if kept else {})}
 
 
 def _has_weights(path: Path) -> bool:
@@ -158,6 +199,23 @@ def _check_weights(path: Path) -> None:
         missing = sorted(s for s in shards if not (path / s).is_file())
         if missing:
             raise UserError(f"{path} lacks weight shards its index lists: {', '.join(missing)}")
+    _check_finite(path)
+
+
+def _check_finite(path: Path) -> None:
+    """Refuse weights that are not all finite (a run whose loss diverged saved NaN or inf)."""
+    import torch
+    from safetensors import safe_open
+
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as weights:
+            for name in weights.keys():
+                tensor = weights.get_tensor(name)
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    raise UserError(
+                        f"{file} holds non-finite weights ({name}: NaN or inf): the run diverged; train it "
+                        "again (a lower learning rate) instead of publishing it"
+                    )
 
 
 def _read_config(path: Path) -> dict[str, Any]:

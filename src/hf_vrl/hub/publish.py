@@ -13,10 +13,11 @@ usual sources (`HF_TOKEN`, `hf auth login`); it is never printed or written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ from typing import Any
 from hf_vrl.errors import UserError
 from hf_vrl.hub.card import model_card
 from hf_vrl.hub.data_names import is_hub_id, without_paths
-from hf_vrl.hub.folder import CONVERSION_RECORD, ModelFolder
+from hf_vrl.hub.folder import CONVERSION_RECORD, ModelFolder, inside
 from hf_vrl.hub.remote_code import write_remote_code
+from hf_vrl.run.layout import OutputDir, RunLock, marker_command
+from hf_vrl.run.trust import drop_foreign_auto_maps
 
 __all__ = [
     "CARD",
@@ -98,11 +101,12 @@ def publish(
     publication = Publication(repo_id, card)
     if dry_run:
         target = _dry_run_dir(staging_dir, folder, repo_id)
-        _stage(target, folder, extra, publication)
-        publication.staging_dir = target
+        with _held(folder), target.claim(), target.staged(replace=True) as staging:
+            _stage(staging, folder, extra, publication)
+        publication.staging_dir = target.root
         return publication
     api = api if api is not None else _default_api(token)
-    with tempfile.TemporaryDirectory(prefix="hf-vrl-push-") as staging:
+    with _held(folder), tempfile.TemporaryDirectory(prefix="hf-vrl-push-") as staging:
         _stage(Path(staging), folder, extra, publication)
         repo = api.create_repo(repo_id, token=token, private=private, exist_ok=True, repo_type="model")
         if revision:
@@ -207,18 +211,34 @@ def _default_api(token: str | None) -> Any:
     return HfApi(token=token)
 
 
-def _dry_run_dir(staging_dir: str | Path | None, folder: ModelFolder, repo_id: str) -> Path:
-    """A fresh staging folder: the default one is replaced; a given one must be new or empty."""
-    if staging_dir is None:
-        root = folder.run.root if folder.run is not None else folder.path
-        target = root / STAGING / repo_id.replace("/", "--")
-        shutil.rmtree(target, ignore_errors=True)
+def _dry_run_dir(staging_dir: str | Path | None, folder: ModelFolder, repo_id: str) -> OutputDir:
+    """The staging folder of a dry run (`OutputDir` of `push`): by default
+    `<run>/hub-staging/<owner>--<name>`, replaced by each dry run; a given one new, empty or an earlier dry
+    run's. A default staging folder reached through a link (a linked `hub-staging/`) is refused: replacing it
+    would delete outside the run."""
+    if staging_dir is not None:
+        target = OutputDir(Path(staging_dir), "push", "--staging-dir")
     else:
-        target = Path(staging_dir)
-        if target.exists() and any(target.iterdir()):
-            raise UserError(f"{target} is not empty: give a new or empty folder to stage into")
-    target.mkdir(parents=True, exist_ok=True)
+        target = OutputDir(folder.root / STAGING / repo_id.replace("/", "--"), "push", "--staging-dir")
+        linked = next((p for p in (target.root.parent, target.root) if p.is_symlink()), None)
+        if linked is not None:
+            raise UserError(
+                f"{linked} is a link: hf-vrl push stages inside the run only; remove the link, or give "
+                "--staging-dir"
+            )
+    target.check()
     return target
+
+
+@contextlib.contextmanager
+def _held(folder: ModelFolder) -> Iterator[None]:
+    """The folder's writer lock while it is staged (a run still training, or a command writing the folder,
+    is refused in one line); a folder no hf_vrl command marked is read as it is."""
+    if marker_command(folder.root) is None or RunLock.held_here(folder.root):  # --push-to-hub: the run's
+        yield
+        return
+    with RunLock(folder.root, "folder"):
+        yield
 
 
 def _stage(
@@ -241,7 +261,10 @@ def _stage(
 def _stage_run_record(staging: Path, folder: ModelFolder) -> None:
     """The run's figures, and its config.json and report.json without local paths (run/)."""
     if folder.run.figures.is_dir():
-        _link({f"figures/{p.name}": p for p in sorted(folder.run.figures.glob("*.png"))}, staging)
+        figures = sorted(
+            p for p in folder.run.figures.glob("*.png") if p.is_file() and inside(p, folder.root)
+        )
+        _link({f"figures/{p.name}": p for p in figures}, staging)
     record = staging / RUN_RECORD
     record.mkdir()
     for source in (folder.run.config_file, folder.run.report_file):
@@ -262,6 +285,7 @@ def _stage_model(target: Path, folder: ModelFolder) -> None:
     _link(files, target)
     if folder.needs_code:
         write_remote_code(folder.path, target)
+    drop_foreign_auto_maps(target)  # an auto_map naming code elsewhere (another repo): not published
     portable_files(target)
     record = target / CONVERSION_RECORD
     if record.is_file():  # the converted checkpoint's local path is the user's business

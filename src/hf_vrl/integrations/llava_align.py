@@ -10,7 +10,9 @@ prompt (the image tokens) is masked out. Training is trl's `SFTTrainer` on its p
 LLaVA-1.5's pre-training: learning rate 1e-3, cosine schedule, 3 % warm-up, no weight decay, one epoch
 (its global batch is 256: set --batch-size × --gradient-accumulation-steps × GPUs). The caption loss on
 held-out pairs is measured before and after (`llava_align.json` in the output); the output folder holds the
-aligned LLaVA and its processor. Several GPUs: `accelerate launch -m hf_vrl.cli llava-align ...`.
+aligned LLaVA and its processor; it is new, empty or an earlier `hf-vrl llava-align`'s
+(`hf_vrl.run.layout.OutputDir`), held by one process at a time. Several GPUs:
+`accelerate launch -m hf_vrl.cli llava-align ...`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from trl import SFTConfig, SFTTrainer
 
 from hf_vrl.errors import UserError
 from hf_vrl.integrations.llava_export import add_tower_arguments
-from hf_vrl.run.layout import last_complete_checkpoint, write_checkpoint_manifest
+from hf_vrl.run.layout import OutputDir, last_complete_checkpoint, write_checkpoint_manifest
 from hf_vrl.run.preflight import check_loggers
 from hf_vrl.trainer import set_logging_dir
 
@@ -285,6 +287,8 @@ def _load_pairs(
 def main(argv: list[str] | None = None) -> int:
     options = _build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     _validate(options)
+    output = OutputDir(Path(options.output), "llava-align", "--output")
+    output.check()  # before anything loads: a folder this command must not write is one line
     from transformers import set_seed
 
     from hf_vrl.integrations.llava import (
@@ -294,18 +298,16 @@ def main(argv: list[str] | None = None) -> int:
         load_llava,
         load_llava_processor,
         load_vision_tower,
-        save_llava,
         swap_vision_tower,
     )
 
-    output = Path(options.output)
     check_llava(options.llava)
     processor = load_llava_processor(options.llava)
     if processor is None:
         raise UserError(f"--llava {options.llava} has no LLaVA processor (processor_config.json): add one.")
     _check_prompt(options.prompt, processor.image_token)
     train, held_out = _load_pairs(options, options.prompt, processor.tokenizer.eos_token)
-    args = sft_config(options, output / "checkpoints", streamed=isinstance(train, IterableDataset))
+    args = sft_config(options, output.root / "checkpoints", streamed=isinstance(train, IterableDataset))
     tower = load_vision_tower(options.vision) if options.vision is not None else None
     set_seed(options.seed)
     llava = load_llava(options.llava, dtype=DTYPES[options.dtype])
@@ -318,23 +320,49 @@ def main(argv: list[str] | None = None) -> int:
         mismatches = swap_vision_tower(llava, tower, realign=True, **features).problems
     image_processor = load_image_processor(options.vision) if options.vision is not None else None
     processor = llava_processor_for(llava, processor, image_processor)
+    lock = output.claim() if args.should_save else None  # the main process holds the folder
+    try:
+        losses = _align(options, output, llava, processor, train, held_out, args, mismatches)
+    finally:
+        if lock is not None:
+            lock.release()
+    if losses is None:  # a worker of a multi-GPU run: the main process writes
+        return 0
+    print(f"{output.root}: projector aligned in {losses['steps']} steps")
+    print(f"  held-out caption loss {losses['eval_loss_before']:.4f} -> {losses['eval_loss_after']:.4f}")
+    return 0
+
+
+def _align(
+    options: argparse.Namespace,
+    output: OutputDir,
+    llava: torch.nn.Module,
+    processor: LlavaProcessor,
+    train: Dataset | IterableDataset,
+    held_out: Dataset,
+    args: SFTConfig,
+    mismatches: list[str],
+) -> dict[str, float] | None:
+    """Train the projector (resuming from the folder's last checkpoint with --resume), then write the
+    aligned LLaVA and llava_align.json into `output` in one step; None on a worker process."""
+    from hf_vrl.integrations.llava import save_llava
+
     checkpoints = Path(args.output_dir)
     resume = resume_point(checkpoints) if options.resume else None
     if options.resume and resume is None:
         print(f"no complete checkpoint in {checkpoints}: starting from the beginning")
-    logging_dir = options.logging_dir or str(output / "logs")
+    logging_dir = options.logging_dir or str(output.root / "logs")
     losses = align_projector(
         llava, processor, train, held_out, args, resume_from_checkpoint=resume, logging_dir=logging_dir
     )
-    if not args.should_save:  # a worker of a multi-GPU run: the main process writes
-        return 0
-    save_llava(llava, output, processor)
+    if not args.should_save:
+        return None
     report = {**losses, "llava": options.llava, "vision": options.vision, "tower_mismatches": mismatches}
-    (output / "llava_align.json").write_text(json.dumps(report, indent=2) + "\n")
+    with output.staged() as folder:
+        save_llava(llava, folder, processor)
+        (folder / "llava_align.json").write_text(json.dumps(report, indent=2) + "\n")
     shutil.rmtree(checkpoints, ignore_errors=True)
-    print(f"{output}: projector aligned in {losses['steps']} steps")
-    print(f"  held-out caption loss {losses['eval_loss_before']:.4f} -> {losses['eval_loss_after']:.4f}")
-    return 0
+    return losses
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from hf_vrl.errors import UserError
+from hf_vrl.run.layout import OutputDir, atomic_write_json
 
 INSTALL_HINT = "lmms-eval is not installed: pip install 'hf-vrl[llava-eval]'"
 RESULTS_FILE = "llava_eval.json"
@@ -194,6 +195,8 @@ def _number(value: float | str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     options = _build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    output = OutputDir(Path(options.output), "llava-eval")
+    output.check()  # a folder this command must not write is one line, before anything runs
     require_lmms_eval()
     if "," in options.model:
         raise UserError(
@@ -205,7 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         options.device = "cuda" if torch.cuda.is_available() else "cpu"
-    output = Path(options.output)
+    with output.claim():  # one writer per folder
+        return _score(options, output.root)
+
+
+def _score(options: argparse.Namespace, output: Path) -> int:
+    """Run lmms-eval into `output`, write the summary report and print the table."""
     lmms_output = output / LMMS_EVAL_DIR
     lmms_output.mkdir(parents=True, exist_ok=True)
 
@@ -233,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         "lmms_eval_version": importlib.metadata.version("lmms-eval"),
         "lmms_eval_results": str(results_path.relative_to(output)),
     }
-    (output / RESULTS_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(output / RESULTS_FILE, report)
 
     print(f"\n{options.model} on {options.tasks} (lmms-eval llava_hf, {options.device})")
     print(format_table(tasks))

@@ -7,13 +7,17 @@
 (CLIPModel, DiffCLIPModel: its vision tower is taken). The tower must give the projector's width and the image
 tokens the language model was trained on; where it does not, the command says what differs and
 `hf-vrl llava-align` relearns the projector instead. The output holds the model (dtype of `--llava`) and the
-processor updated for the tower (its own image processor when `--vision` has one).
+processor updated for the tower (its own image processor when `--vision` has one). The output folder is new,
+empty or an earlier `hf-vrl export-llava`'s (`hf_vrl.run.layout.OutputDir`), replaced whole under its lock.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from hf_vrl.run.layout import OutputDir
 
 STRATEGIES = ("default", "full")
 
@@ -71,6 +75,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     options = _build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    output = OutputDir(Path(options.output), "export-llava")
+    output.check()  # before anything loads: a folder this command must not write is one line
     from hf_vrl.integrations.llava import (
         llava_processor_for,
         load_image_processor,
@@ -91,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     fit = swap_vision_tower(llava, tower, **features)
     if processor is not None:
         processor = llava_processor_for(llava, processor, load_image_processor(options.vision))
-    save_llava(llava, options.output, processor)
+    with output.claim(), output.staged(replace=True) as folder:
+        save_llava(llava, folder, processor)
     print(f"{options.output}: {options.llava} with the vision tower of {options.vision}")
     print(f"  tower: {fit.tower.describe()}, {fit.tower.feature_width}-wide features")
     for note in fit.notes:

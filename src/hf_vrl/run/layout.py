@@ -12,8 +12,11 @@
 
 One writer per folder (`RunLock`): a run holds `<run>/.lock` (an OS file lock, released by the kernel when
 the process dies, even by SIGKILL) from before it reads the folder until it ends; a second process is refused.
-`<run>/.hf-vrl-run` marks a folder hf_vrl made: a non-empty folder without it (or a run's config.json of an
-earlier release) is refused, so that hf_vrl never clears what it did not write.
+`<run>/.hf-vrl-run` marks a folder hf_vrl made and names the command that made it. Every command that writes
+a folder (`train`, `eval`, `llava-align`, `export-llava`, `convert`, `push`'s staging) takes it through
+`OutputDir`: a new or empty folder, or one the same command made (its marker); anything else (a file, a
+foreign folder, a folder of another command, even one holding an hf_vrl config.json) is refused in one line
+before anything is written, so that hf_vrl never clears or overwrites what it did not write.
 
 A checkpoint is complete when every file its writer listed in `checkpoint.json` is there and readable (JSON
 parses, a safetensors header matches its file, a torch file's zip directory reads); an incomplete one is
@@ -39,19 +42,22 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hf_vrl.errors import UserError, is_disk_full
+from hf_vrl.run.trust import drop_foreign_auto_maps
 
 __all__ = [
     "Launch",
+    "OutputDir",
     "RunDir",
     "RunLock",
     "atomic_dir",
     "atomic_write_json",
+    "atomic_write_bytes",
     "checkpoint_problem",
     "checkpoint_run",
     "disk_full_is_one_line",
@@ -91,6 +97,22 @@ def atomic_write_json(path: Path, data: Any) -> None:
     os.replace(handle.name, path)
 
 
+def atomic_write_bytes(path: Path, write: Callable[[Path], Any]) -> None:
+    """Write a file at `path` through `write(temporary path)` in the same folder and a rename, with the
+    mode the umask gives (`readable_as_umask`): a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staged = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(handle)
+    try:
+        write(Path(staged))
+        readable_as_umask(staged)
+        os.replace(staged, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged)
+        raise
+
+
 def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000:
@@ -105,7 +127,12 @@ def folder_size(folder: str | os.PathLike, pattern: str = "*") -> int:
 
 
 @contextlib.contextmanager
-def disk_full_is_one_line(staging: str | os.PathLike, what: Any, needed: int | None = None) -> Iterator[None]:
+def disk_full_is_one_line(
+    staging: str | os.PathLike,
+    what: Any,
+    needed: int | None = None,
+    then: str = "then continue with --resume auto",
+) -> Iterator[None]:
     """Around writing `what` into the folder `staging`: a full disk ends the run in one line naming the disk,
     its free space and the space needed (`needed`, else what was written before it filled); the half-written
     folder is removed, so that its space is free again."""
@@ -127,14 +154,15 @@ def disk_full_is_one_line(staging: str | os.PathLike, what: Any, needed: int | N
         )
         raise UserError(
             f"no space left on the disk of {mount} while writing {what} ({', '.join(space)}): free some "
-            "space or choose another --output-dir, then continue with --resume auto"
+            f"space or choose another --output-dir, {then}"
         ) from None
 
 
 @contextlib.contextmanager
 def atomic_dir(path: Path, needed: int | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside `path`; on success it replaces `path` in one rename (a full disk is
-    one line: `disk_full_is_one_line`, with `needed` bytes when the caller knows them)."""
+    one line: `disk_full_is_one_line`, with `needed` bytes when the caller knows them), without an `auto_map`
+    naming code hf_vrl did not write (`drop_foreign_auto_maps`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     staging.chmod(0o777 & ~_umask())  # as `mkdir` would make it, not mkdtemp's 0700
@@ -144,6 +172,7 @@ def atomic_dir(path: Path, needed: int | None = None) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    drop_foreign_auto_maps(staging)
     readable_as_umask(staging)
     if path.exists():
         shutil.rmtree(path)
@@ -165,8 +194,10 @@ def readable_as_umask(path: str | os.PathLike) -> None:
 
 def write_checkpoint_manifest(folder: str | os.PathLike, run: dict[str, Any] | None = None) -> None:
     """List every file of the checkpoint `folder` in its `checkpoint.json` (call once all are written), with
-    `run`, the identity of the run that wrote it (`RunConfig.identity`), when the run gave one."""
+    `run`, the identity of the run that wrote it (`RunConfig.identity`), when the run gave one; an `auto_map`
+    naming code hf_vrl did not write is dropped first: `drop_foreign_auto_maps`)."""
     folder = Path(folder)
+    drop_foreign_auto_maps(folder)
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     manifest: dict[str, Any] = {"files": [f for f in files if f != CHECKPOINT_MANIFEST]}
     atomic_write_json(folder / CHECKPOINT_MANIFEST, manifest | ({"run": run} if run is not None else {}))
@@ -281,8 +312,11 @@ class RunLock:
     over without a word; `<run>/.lock.owner` names the holder (PID, host) for the refusal message.
     """
 
-    def __init__(self, root: Path):
+    _held: ClassVar[set[Path]] = set()  # the folders this process holds
+
+    def __init__(self, root: Path, flag: str = "--output-dir"):
         self.root = Path(root)
+        self.flag = flag
         self.path = self.root / ".lock"
         self.owner_file = self.root / ".lock.owner"
         self._lock: Any = None
@@ -298,9 +332,10 @@ class RunLock:
         except Timeout:
             raise UserError(
                 f"{self.root} is in use by {self.holder()}: wait for that run to end (or stop it), or choose "
-                "another --output-dir"
+                f"another {self.flag}"
             ) from None
         self._lock = lock
+        RunLock._held.add(self.root.resolve())
         owner = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -316,18 +351,153 @@ class RunLock:
         except (OSError, ValueError, KeyError):
             return "another process"
 
+    @classmethod
+    def held_here(cls, root: Path) -> bool:
+        """Whether this process holds the lock of `root` (a run that publishes itself at its end)."""
+        return Path(root).resolve() in cls._held
+
     def release(self) -> None:
         if self._lock is not None:
+            RunLock._held.discard(self.root.resolve())
             with contextlib.suppress(OSError):
                 self.owner_file.unlink()
             self._lock.release()
             self._lock = None
 
     def __enter__(self) -> RunLock:
-        return self.acquire()
+        return self if self._lock is not None else self.acquire()
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+LOCK_FILES = frozenset({".lock", ".lock.owner"})
+STAGING_PREFIX = ".staging-"  # `OutputDir.staged`'s temporary folders
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _holds_marked(path: Path) -> bool:
+    """Whether `path` is, or holds, a folder an hf_vrl command marked (links not followed)."""
+    return path.is_dir() and not path.is_symlink() and any(path.rglob(RUN_MARKER))
+
+
+def marker_command(folder: str | os.PathLike) -> str | None:
+    """The command that made `folder` (its `RUN_MARKER`; a marker that names none is `train`'s, as written
+    before markers named their command), or None where there is no marker."""
+    marker = Path(folder) / RUN_MARKER
+    if not marker.is_file():
+        return None
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        recorded = None
+    command = recorded.get("command") if isinstance(recorded, dict) else None
+    return command if isinstance(command, str) else "train"
+
+
+@dataclass
+class OutputDir:
+    """The folder one command writes (module docstring): new, empty (lock files aside) or made by the same
+    `command` (its marker); `flag` is the option that named it, for the refusal messages."""
+
+    root: Path
+    command: str
+    flag: str = "--output-dir"
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+
+    def is_ours(self) -> bool:
+        """Whether this command may write here: the folder is new, empty, or this command's."""
+        if not self.root.is_dir():
+            return not self.root.exists()
+        if not {p.name for p in self.root.iterdir()} - LOCK_FILES:
+            return True
+        return marker_command(self.root) == self.command
+
+    def check(self) -> None:
+        """Refuse, before anything is written, a folder this command must not write into (one line)."""
+        if self.root.is_symlink() and not self.root.exists():
+            raise UserError(f"{self.flag} {self.root} is a link to nothing: give a folder")
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(
+                f"{self.flag} {self.root} is a file: give a folder (new, or one hf-vrl {self.command} wrote)"
+            )
+        if self.is_ours():
+            self._check_can_write()
+            return
+        other = marker_command(self.root)
+        what = f"a folder `hf-vrl {other}` wrote" if other else "not a folder hf_vrl wrote"
+        raise UserError(
+            f"{self.flag} {self.root} is not empty and is {what}: give a new or empty folder (`hf-vrl "
+            f"{self.command}` writes only into folders it made)"
+        )
+
+    def _check_can_write(self) -> None:
+        """A folder (or its nearest existing parent) this process cannot write into, refused in one line."""
+        existing = self.root
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UserError(
+                f"{self.flag} {self.root}: {existing} is not writable; give a folder you can write"
+            )
+
+    def mark(self) -> None:
+        """Mark the folder as this command's (`RUN_MARKER`), before its first write."""
+        if marker_command(self.root) != self.command:
+            from hf_vrl import __version__
+
+            atomic_write_json(self.root / RUN_MARKER, {"hf_vrl": __version__, "command": self.command})
+
+    def claim(self) -> RunLock:
+        """Check the folder, take its writer lock (`RunLock`), check again (another writer may have taken
+        it meanwhile) and mark it: the folder is this command's until the lock is released. What a killed
+        writer left half-done (`staged`'s temporary folders) goes."""
+        self.check()
+        lock = RunLock(self.root, self.flag).acquire()
+        try:
+            self.check()
+            self.mark()
+        except BaseException:
+            lock.release()
+            raise
+        for leftover in self.root.glob(f"{STAGING_PREFIX}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        return lock
+
+    @contextlib.contextmanager
+    def staged(self, replace: bool = False) -> Iterator[Path]:
+        """Yield a temporary folder inside this (claimed) folder; on success each of its files and folders
+        takes its place in the folder in one rename, with the modes the umask gives (`replace`: what else
+        the folder held goes, its marker and lock aside, and any folder holding another command's output,
+        such as `hf-vrl llava-eval`'s results inside an `export-llava` folder). A failure (a full disk: one
+        line) leaves the folder as it was, so that the same command can run again into it."""
+        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGING_PREFIX))
+        try:
+            with disk_full_is_one_line(staging, self.root, then="then run the command again"):
+                yield staging
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        drop_foreign_auto_maps(staging)
+        readable_as_umask(staging)
+        kept = {RUN_MARKER, staging.name, *LOCK_FILES}
+        for old in self.root.iterdir() if replace else ():
+            if old.name not in kept and not (staging / old.name).exists() and not _holds_marked(old):
+                _remove(old)
+        for item in staging.iterdir():
+            target = self.root / item.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(item, target)
+        staging.rmdir()
 
 
 @dataclass
@@ -365,28 +535,15 @@ class RunDir:
                 return True
         return False
 
-    def is_ours(self) -> bool:
-        """Whether hf_vrl made this folder (its marker, or a run's config.json of an earlier release), or it
-        is empty (the lock files aside)."""
-        if not self.root.is_dir() or (self.root / RUN_MARKER).is_file():
-            return True
-        if not {p.name for p in self.root.iterdir()} - {".lock", ".lock.owner"}:
-            return True
-        recorded = self.recorded_config() or {}
-        from hf_vrl.run import METHODS
-
-        return recorded.get("method") in METHODS and isinstance(recorded.get("optim"), dict)
+    @property
+    def output(self) -> OutputDir:
+        """The folder as `hf-vrl train`'s output (`OutputDir`)."""
+        return OutputDir(self.root, "train")
 
     def check_writable(self) -> None:
         """Refuse, before anything is written, an output folder hf_vrl must not write into: a file, or a
-        non-empty folder it did not make."""
-        if self.root.exists() and not self.root.is_dir():
-            raise UserError(f"--output-dir {self.root} is a file: give a folder (new, or a run's)")
-        if not self.is_ours():
-            raise UserError(
-                f"--output-dir {self.root} is not empty and is not an hf_vrl run folder: give a new or empty "
-                "folder (hf_vrl clears only what it wrote)"
-            )
+        non-empty folder `hf-vrl train` did not make (`OutputDir.check`), or one this user cannot write in."""
+        self.output.check()
         blocked = self._unwritable()
         if blocked is not None:
             made = "" if blocked == self.root else f" (--output-dir {self.root} is made and written in it)"
@@ -413,15 +570,12 @@ class RunDir:
         )
 
     def mark(self) -> None:
-        """Mark the folder as hf_vrl's (`RUN_MARKER`), before the run's first write."""
-        if not (self.root / RUN_MARKER).is_file():
-            from hf_vrl import __version__
-
-            atomic_write_json(self.root / RUN_MARKER, {"hf_vrl": __version__})
+        """Mark the folder as `hf-vrl train`'s (`RUN_MARKER`), before the run's first write."""
+        self.output.mark()
 
     def lock(self) -> RunLock:
         """Take this folder's writer lock (`RunLock`); raises `UserError` when another process holds it."""
-        return RunLock(self.root).acquire()
+        return RunLock(self.root).acquire()  # checked and marked by the run itself (`RunDir.open`)
 
     def sweep_temporaries(self) -> None:
         """Remove what killed writers left half-done (`.<name>.tmp-*` folders of `atomic_dir`, checkpoints

@@ -2,9 +2,10 @@
 `python load_back.py OUTPUT FOLDER...` writes one JSON object {folder: what loading found} to OUTPUT.
 
 A stock architecture loads through its transformers class, an hf_vrl one through `AutoModel` and the remote
-code the folder carries (`auto_map`). Missing or unexpected weights are reported, not tolerated: a model that
-loads them silently starts from random weights. The folder's image processor and tokenizer load too, where it
-has them.
+code the folder carries (`auto_map`); remote code is allowed only for a model type transformers does not
+know (a stock type's auto_map, carried over from a pretrained folder, never runs). Missing or unexpected
+weights are reported, not tolerated: a model that loads them silently starts from random weights. The
+folder's image processor and tokenizer load too, where it has them.
 """
 
 from __future__ import annotations
@@ -17,24 +18,26 @@ from typing import Any
 
 def load(folder: Path) -> dict[str, Any]:
     import transformers
-    from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoTokenizer
+    from transformers import CONFIG_MAPPING, AutoConfig, AutoImageProcessor, AutoModel, AutoTokenizer
 
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+    trust = model_type not in CONFIG_MAPPING  # hf_vrl's own types: this interpreter has no hf_vrl
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust)
     stock = getattr(transformers, (config.architectures or [""])[0], None)
     if stock is not None:
         model, info = stock.from_pretrained(folder, output_loading_info=True)
     else:
-        model, info = AutoModel.from_pretrained(folder, trust_remote_code=True, output_loading_info=True)
+        model, info = AutoModel.from_pretrained(folder, trust_remote_code=trust, output_loading_info=True)
     found = {
         "class": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
         **{key: sorted(map(str, info.get(key) or [])) for key in ("missing_keys", "unexpected_keys")},
     }
     if (folder / "preprocessor_config.json").is_file():
-        processor = AutoImageProcessor.from_pretrained(folder, trust_remote_code=True)
+        processor = AutoImageProcessor.from_pretrained(folder, trust_remote_code=trust)
         found["image_processor"] = type(processor).__name__
     if (folder / "tokenizer_config.json").is_file():
-        found["tokenizer"] = type(AutoTokenizer.from_pretrained(folder, trust_remote_code=True)).__name__
+        found["tokenizer"] = type(AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)).__name__
     return found
 
 

@@ -4,12 +4,16 @@ that names the setting to change."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError
+
+logger = logging.getLogger("hf_vrl.run")
+_WARNED: set[str] = set()  # folders whose auto_map the log has named (once each)
 
 __all__ = [
     "check_data",
@@ -96,24 +100,39 @@ def check_model_kind(value: str | None, what: str, accepts: Callable[[Any], bool
 def check_remote_code(path: str | None, what: str, trusted: bool) -> None:
     """A local model folder whose config names its own Python code (`auto_map`, a model type neither
     transformers nor hf_vrl registers) is loaded only with --trust-remote-code; refused before anything
-    runs or is written otherwise (transformers itself refuses such code when the flag is off)."""
+    runs or is written otherwise (transformers itself refuses such code when the flag is off). Without the
+    flag, the auto_map of a model type transformers or hf_vrl knows is not followed (the known class loads,
+    as transformers does): the log says so, and what hf_vrl writes never carries it
+    (`hf_vrl.run.trust.drop_foreign_auto_maps`)."""
     if path is None or trusted or not (Path(path) / "config.json").is_file():
         return
     import json
 
     from transformers import CONFIG_MAPPING
 
-    import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types)
+    from hf_vrl.models.auto import AUTO_CONFIGS  # importing it registers hf_vrl's model types
 
     try:
         config = json.loads((Path(path) / "config.json").read_text())
     except (OSError, ValueError):
         return  # not a model folder hf_vrl can judge: loading says what is wrong
-    if config.get("auto_map") and config.get("model_type") not in CONFIG_MAPPING:
+    if not isinstance(config, dict) or not config.get("auto_map"):
+        return
+    if config.get("model_type") not in CONFIG_MAPPING:
         raise UserError(
             f"{what} {path} carries its own Python code (auto_map in config.json): add --trust-remote-code "
             "to run it, or give a model transformers or hf_vrl knows"
         )
+    if config.get("model_type") in {known.model_type for known in AUTO_CONFIGS} or path in _WARNED:
+        return  # hf_vrl's own model, its code the classes hf_vrl registers; or said already
+    _WARNED.add(path)
+    logger.warning(
+        "%s %s names its own Python code (auto_map), which is not run: it loads as transformers' %r model "
+        "(--trust-remote-code runs that code instead)",
+        what,
+        path,
+        config.get("model_type"),
+    )
 
 
 def check_finished_run(path: str | os.PathLike, what: str) -> None:

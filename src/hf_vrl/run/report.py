@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_vrl.errors import UserError
+from hf_vrl.run.layout import RUN_MARKER, atomic_write_bytes
 
 __all__ = [
     "compare_table",
@@ -34,8 +35,11 @@ __all__ = [
     "main",
     "metric_numbers",
     "metric_rows",
+    "check_plot_path",
     "plot_comparison",
 ]
+
+PLOT_SOFTWARE = "hf-vrl compare"  # the PNG text chunk that marks a plot compare wrote (and may replace)
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
@@ -44,7 +48,16 @@ def load_report(path: str | Path) -> dict[str, Any]:
     file = path / "report.json" if path.is_dir() else path
     if not file.is_file():
         raise UserError(f"{path} has no report.json: give run folders written by `hf-vrl train`")
-    return json.loads(file.read_text())
+    try:
+        report = json.loads(file.read_text())
+    except (UnicodeDecodeError, ValueError) as error:
+        reason = (str(error).splitlines() or [type(error).__name__])[0]
+        raise UserError(
+            f"{file} is not a readable report ({reason}): give run folders written by `hf-vrl train`"
+        ) from None
+    if not isinstance(report, dict):
+        raise UserError(f"{file} is not a report (a JSON object): give run folders written by `hf-vrl train`")
+    return report
 
 
 def metric_numbers(section: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -167,9 +180,35 @@ def plot_comparison(
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    check_plot_path(path)
+    atomic_write_bytes(
+        path, lambda staged: fig.savefig(staged, format="png", metadata={"Software": PLOT_SOFTWARE})
+    )
     return path
+
+
+def check_plot_path(path: str | Path) -> None:
+    """`--plot` writes only a new file or a plot compare wrote before (its PNG text chunk), and never into a
+    folder another command made (a run's figures go to the Hub with it); one line otherwise."""
+    path = Path(path)
+    made = next((folder for folder in path.absolute().parents if (folder / RUN_MARKER).is_file()), None)
+    if made is not None:
+        raise UserError(
+            f"--plot {path} is inside {made}, a folder another hf-vrl command made: write the plot elsewhere"
+        )
+    if path.is_symlink() or (path.exists() and not _compare_plot(path)):
+        raise UserError(f"--plot {path} exists and is not a plot `hf-vrl compare` wrote: give a new file")
+
+
+def _compare_plot(path: Path) -> bool:
+    """Whether `path` is a PNG that `hf-vrl compare` wrote (`PLOT_SOFTWARE` in its text chunk)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return image.format == "PNG" and image.info.get("Software") == PLOT_SOFTWARE
+    except (OSError, UnidentifiedImageError):
+        return False
 
 
 def _run_names(paths: Sequence[str]) -> list[str]:
@@ -187,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", nargs="+", help="task.metric names to show (default: the headline ones)")
     parser.add_argument("--plot", metavar="PNG", help="also write a bar chart here")
     args = parser.parse_args(argv)
+    if args.plot:
+        check_plot_path(args.plot)  # before anything is read or printed
     reports = {name: load_report(path) for name, path in zip(_run_names(args.runs), args.runs)}
     print(compare_table(reports, args.metrics))
     print("(percent)")

@@ -13,6 +13,7 @@ runner owns the folder, resume, seeds, devices, precision, data wrapping, the re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -365,7 +366,7 @@ class Method:
         """Everything that can be known before training (data names and paths, model sources in `sources`,
         --tasks, then the data itself: `Run.check_data`), checked before the run folder is written; raise
         `UserError` (extend for a method's own inputs)."""
-        from hf_vrl.run.preflight import check_data, check_source, check_tasks
+        from hf_vrl.run.preflight import check_data, check_remote_code, check_source, check_tasks
 
         check_data(self.config.data.dataset, "--dataset")
         check_data(self.config.eval.eval_dataset, "--eval-dataset")
@@ -373,8 +374,14 @@ class Method:
             section, _, name = path.rpartition(".")
             value = getattr(getattr(self.config, section) if section else self.config, name)
             check_source(value, "--" + name.replace("_", "-"), special)
+            check_remote_code(value, "--" + name.replace("_", "-"), self.trusts_remote_code())
         check_tasks(self.config.eval.tasks, self.known_tasks(), self.name)
         self.run.check_data(self.image_size())
+
+    def trusts_remote_code(self) -> bool:
+        """Whether the run was given --trust-remote-code (a `trust_remote_code` setting in any section)."""
+        sections = [getattr(self.config, field.name) for field in dataclasses.fields(self.config)]
+        return any(getattr(section, "trust_remote_code", False) is True for section in sections)
 
     def known_tasks(self) -> tuple[str, ...]:
         """What --tasks may name (override; none: the method's evaluation is fixed)."""
@@ -557,6 +564,10 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
     previous = _previous_report(out) if resumed else {}
     if "after" in previous and out.final.is_dir():
         logger.info("%s is finished: nothing to train; its report stands", out.root)
+        push_failure = _push(run) if run.is_main and config.output.push_to_hub else None
+        state.wait_for_everyone()
+        if push_failure is not None:  # --push-to-hub of a finished run: pushed now, or one line why not
+            raise UserError(push_failure)
         return previous
     report.update({key: previous[key] for key in ("before",) if key in previous})
     model = None

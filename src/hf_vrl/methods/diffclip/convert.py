@@ -551,14 +551,22 @@ def load_official_checkpoint(path: str | os.PathLike) -> dict:
 
     Allowed beyond tensors and plain containers: `argparse.Namespace` (the training args), pathlib paths,
     numpy scalars, arrays and dtypes. Any other global (a function or class the pickle would call) is refused,
-    so loading never runs code from the file.
+    so loading never runs code from the file. An empty, truncated or damaged file is a ValueError too.
     """
+    damaged = ValueError(
+        f"{os.fspath(path)} is not a readable PyTorch checkpoint (empty, truncated or damaged): give the "
+        "checkpoint_best.pt of a released DiffCLIP, downloaded again"
+    )
     try:
         with torch.serialization.safe_globals(_SAFE_GLOBALS):
             return torch.load(path, map_location="cpu", weights_only=True)
+    except (EOFError, RuntimeError):  # torch's zip reader on a cut file; the unpickler on an empty one
+        raise damaged from None
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL (\S+)|but got <class '([^']+)'>", str(error))
-        culprit = next((group for group in found.groups() if group), None) if found else "an unknown object"
+        if found is None:  # no global named: not a pickle of objects, but bytes that are not one
+            raise damaged from None
+        culprit = next(group for group in found.groups() if group)
         raise ValueError(
             f"Refusing to load {os.fspath(path)}: the pickle references {culprit}, which is not a plain "
             "data type (allowed: tensors, argparse.Namespace, pathlib paths, numpy scalars/arrays/dtypes). "

@@ -17,6 +17,8 @@ from hf_vrl.hub.data_names import is_hub_id, public_path
 from hf_vrl.hub.folder import CONVERSION_RECORD
 from hf_vrl.hub.publish import portable_files
 from hf_vrl.methods.diffclip.paper import RELEASED, released_pretraining, released_results
+from hf_vrl.run.layout import OutputDir
+from hf_vrl.run.preflight import check_remote_code, check_source
 
 __all__ = ["main"]
 
@@ -36,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="output",
         required=True,
         metavar="DIR",
-        help="the model folder to write (new or empty)",
+        help="the model folder to write (new or empty; or one an interrupted `hf-vrl convert` left)",
     )
     parser.add_argument(
         "--tokenizer",
@@ -60,9 +62,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    output = Path(args.output)
-    if output.exists() and any(output.iterdir()):
-        raise UserError(f"{output} is not empty: give a new or empty folder")
+    output = OutputDir(Path(args.output), "convert")
+    _check_output(output)
     from transformers import AutoTokenizer, CLIPProcessor
 
     from hf_vrl.data.processors import load_image_processor
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from hf_vrl.methods.diffclip.processors import slip_image_processor
     from hf_vrl.models.diffclip import DiffCLIPModel
 
+    check_remote_code(args.clip, "--clip", trusted=False)  # a CLIP loads through transformers' own class
     tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
     if args.official:
         try:  # a pickle that would run code, or no SLIP checkpoint: refused before anything is written
@@ -87,17 +89,28 @@ def main(argv: list[str] | None = None) -> int:
             image_processor=image_processor,
             tokenizer=tokenizer,
         )
-    model.save_pretrained(output)
-    if tokenizer is not None:
-        CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(output)
-        tokenizer.save_pretrained(output)
-    image_processor.save_pretrained(output)
     report = getattr(model, "conversion_report", None)
-    record = conversion_record(args, report)
-    (output / CONVERSION_RECORD).write_text(json.dumps(record, indent=2) + "\n")
-    portable_files(output)  # nothing machine-local in the folder (is_local, local paths)
-    print(f"wrote {output}" + (f" (conversion: {report})" if report else ""))
+    with output.claim(), output.staged(replace=True) as folder:  # all files, or none (a full disk: one line)
+        _check_output(output)
+        model.save_pretrained(folder)
+        if tokenizer is not None:
+            CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+        image_processor.save_pretrained(folder)
+        (folder / CONVERSION_RECORD).write_text(json.dumps(conversion_record(args, report), indent=2) + "\n")
+        portable_files(folder)  # nothing machine-local in the folder (is_local, local paths)
+    print(f"wrote {output.root}" + (f" (conversion: {report})" if report else ""))
     return 0
+
+
+def _check_output(output: OutputDir) -> None:
+    """--output-dir is new, empty, or a folder an interrupted `hf-vrl convert` left (no conversion.json):
+    a finished conversion is never replaced."""
+    output.check()
+    if (output.root / CONVERSION_RECORD).is_file():
+        raise UserError(
+            f"{output.root} is not empty: it holds a finished conversion; give a new or empty folder"
+        )
 
 
 def _tokenizer(name: str) -> Any:
@@ -106,7 +119,6 @@ def _tokenizer(name: str) -> Any:
     from transformers import AutoTokenizer
 
     from hf_vrl.evaluation import resolve_model_path
-    from hf_vrl.run.preflight import check_source
 
     check_source(name, "--tokenizer")
     try:

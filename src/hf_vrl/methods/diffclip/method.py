@@ -134,12 +134,8 @@ class DiffCLIPMethod(Method):
         return model_config(self.config.model.architecture, self.config.model.arch).vision_config.image_size
 
     def check(self) -> None:
-        """The shared checks, and a --compare-with folder's code run only with --trust-remote-code."""
-        from hf_vrl.run.preflight import check_remote_code
-
+        """The shared checks (a --compare-with folder's code among them), and the image processor's size."""
         super().check()
-        settings = self.config.diffclip
-        check_remote_code(settings.compare_with, "--compare-with", settings.trust_remote_code)
         self._check_processor_size()
 
     def _check_processor_size(self) -> None:
