@@ -7,6 +7,7 @@ from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
 
 from hf_vrl.cli import main
 from hf_vrl.errors import UserError, explain
+from hf_vrl.run.layout import RUN_MARKER
 
 
 def run(argv, capsys):
@@ -49,6 +50,7 @@ def test_a_damaged_weight_file_is_named(tmp_path, capsys):
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(UserError, match="already holds a run"):
         (tmp_path / "run").mkdir()
+        (tmp_path / "run" / RUN_MARKER).write_text('{"hf_vrl": "0", "command": "train"}')  # hf_vrl's folder
         (tmp_path / "run" / "config.json").write_text('{"method": "diffclip", "optim": {}}')
         (tmp_path / "run" / "final").mkdir()  # a run that saved its work
         main(["train", "diffclip", "--output-dir", str(tmp_path / "run"), "--debug"])
