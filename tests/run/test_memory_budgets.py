@@ -7,6 +7,8 @@ results it is made from; the footprint against the steps the dry runs measured (
 
 from __future__ import annotations
 
+import configparser
+import fnmatch
 import json
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from hf_vrl.run.memory import (
     DCR_BUDGET,
     GIB,
     NOT_MEASURED,
+    PREDICTIONS,
     component_prediction,
     memory_table,
     packaged_predictions,
@@ -43,6 +46,14 @@ STAGES = ["stage1", "stage2"]
 
 def test_every_paper_preset_has_a_packaged_prediction():
     assert len(DCR) == 6 and set(PAPER) == set(packaged_predictions()) <= set(RESULTS["presets"])
+
+
+def test_the_wheel_ships_the_predictions():
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    patterns = [p.strip() for p in setup["options.package_data"]["hf_vrl"].replace("\n", ",").split(",")]
+    relative = PREDICTIONS.relative_to(ROOT / "src" / "hf_vrl").as_posix()
+    assert PREDICTIONS.is_file() and any(fnmatch.fnmatch(relative, p) for p in patterns)
 
 
 def test_the_packaged_predictions_are_what_the_dry_runs_results_give():
