@@ -152,26 +152,28 @@ def preset_prediction(
     batch = config.batch_plan(1).micro_batch
     same = entry is not None and entry["settings"] == _json(fitted_settings(config))
     if same and batch == entry["micro_batch"]:
-        found = _entry_prediction(entry)
-    elif same and entry["how"] == "fit":
-        stages_at = fit_at(entry["stages"], batch)
-        peak = max(stage["predicted_gib"] for stage in stages_at.values())
-        found = {"micro_batch": batch, "predicted_gib": peak, "stages": stages_at, "how": entry["how"]}
-        found["fitted_micro_batch"] = entry["micro_batch"]
-    elif has_components(config):
-        return component_prediction(config, stages or ["stage1", "stage2"]) | {"status": NOT_MEASURED}
-    elif entry is not None:
+        return _entry_prediction(entry)
+    if same and entry["how"] == "fit":
+        at = fit_at(entry["stages"], batch)
+        found = {
+            "micro_batch": batch,
+            "fitted_micro_batch": entry["micro_batch"],
+            "predicted_gib": max(stage["predicted_gib"] for stage in at.values()),
+            "stages": at,
+            "how": entry["how"],
+            "memory_settings": memory_settings(config),
+        }
+        return with_budget(found, config)
+    if has_components(config):
+        return component_prediction(config, stages or ["stage1", "stage2"])
+    if entry is not None:
         return _entry_prediction(entry) | {"for_the_presets_settings": _differences(entry, config)}
-    else:
-        return None
-    return with_budget(found | {"memory_settings": memory_settings(config)}, config) | {
-        "status": NOT_MEASURED
-    }
+    return None
 
 
 def _entry_prediction(entry: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("micro_batch", "predicted_gib", "budget_gib", "within_budget", "stages", "how", "memory_settings")
-    return {key: entry[key] for key in keys} | {"status": NOT_MEASURED}
+    return {key: entry[key] for key in keys}
 
 
 def _differences(entry: Mapping[str, Any], config: Any) -> dict[str, Any]:
@@ -272,8 +274,7 @@ def prediction_lines(prediction: Mapping[str, Any] | None) -> list[str]:
     if "budget_gib" in prediction:
         verdict = "within" if prediction["within_budget"] else "ABOVE"
         line += f", {verdict} the {prediction['budget_gib']:g} GiB budget"
-    if "status" in prediction:
-        line += f" ({prediction['status']})"
+    line += f" ({NOT_MEASURED})"  # at the preset's batch: the GPU check will measure it
     settings = prediction.get("memory_settings")
     lines = [line]
     if settings:
