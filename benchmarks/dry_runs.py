@@ -8,9 +8,11 @@ and resume, load back; time per step, peak memory, and the memory predicted on a
     python benchmarks/dry_runs.py dcr-metaclip-h14 --micro-batch 1 --no-memory-fit    # where 2 does not fit
     python benchmarks/dry_runs.py --recompute     # the predictions again from the step records kept
 
-Each preset's report is merged into the results file (default benchmarks/results/dry_runs.json) as soon as it
-is done; its run folder is deleted, the real-size model folders are kept ($HF_VRL_REAL_SIZE_HOME) for the next
-preset. `hf_vrl.run.dry_run` says what each figure is and how the prediction is made.
+After either, the package's `hf_vrl/run/memory_predictions.json` (what --print-config and the README's table
+show) is written again from the results, and the table printed. Each preset's report is merged into the
+results file (default benchmarks/results/dry_runs.json) as soon as it is done; its run folder is deleted, the
+real-size model folders are kept ($HF_VRL_REAL_SIZE_HOME) for the next preset. `hf_vrl.run.dry_run` says what
+each figure is and how the prediction is made.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "dry_runs.json"
+PACKAGED = Path(__file__).parents[1] / "src" / "hf_vrl" / "run" / "memory_predictions.json"
 KEPT = (
     "passed",
     "problems",
@@ -84,7 +87,19 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work / preset, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    package(results)
     return 0
+
+
+def package(results: dict) -> None:
+    """The package's memory_predictions.json from `results`, and the README's table of it."""
+    from hf_vrl.run.dry_run import package_predictions
+    from hf_vrl.run.memory import memory_table
+
+    packaged = package_predictions(results)
+    source = "benchmarks/dry_runs.py from benchmarks/results/dry_runs.json (hf_vrl.run.memory's docstring)"
+    PACKAGED.write_text(json.dumps({"source": source, "presets": packaged}, indent=2) + "\n")
+    print(memory_table(packaged))
 
 
 def wall_times(presets: dict) -> dict:
@@ -136,6 +151,7 @@ def recompute(output: Path) -> int:
         print(preset, *prediction_lines(prediction), sep="\n  ")
     results["dry_run_wall_s"] = wall_times(results["presets"])
     output.write_text(json.dumps(results, indent=2) + "\n")
+    package(results)
     return 0
 
 

@@ -122,7 +122,7 @@ def main(method: str, argv: Sequence[str] | None = None) -> int:
         print(json.dumps(parsed.config.to_dict(), indent=2))
         plan = parsed.config.batch_plan(process_count())
         print(plan.describe(parsed.config.loss_terms(plan)), file=sys.stderr)
-        print_prediction(method_class, parsed.config)
+        print_prediction(method_class, parsed.config, parsed.source)
         return 0
     if parsed.threads:
         torch.set_num_threads(parsed.threads)

@@ -48,10 +48,15 @@ from typing import Any
 from hf_vrl.errors import UserError
 from hf_vrl.run.config import RunConfig, resolve
 from hf_vrl.run.memory import (
+    chosen_settings,
     component_prediction,
+    fit_at,
+    fitted_settings,
     has_components,
     memory_settings,
     prediction_lines,
+    preset_prediction,
+    real_models,
     validate,
     with_budget,
 )
@@ -128,18 +133,6 @@ def paper_presets() -> list[str]:
             repos = set(real_models(preset_config(name)[1]).values())
             sizes[name] = sum(sum(parameter_counts(repo).values()) for repo in repos)
     return sorted(sizes, key=lambda name: (sizes[name], name))
-
-
-def real_models(config: RunConfig) -> dict[str, str]:
-    """{setting: Hub id} of the settings naming a model hf_vrl has a real-size configuration of."""
-    from hf_vrl.run.real_models import catalogue
-
-    known = catalogue()
-    return {
-        path: value
-        for path, value in config.flat_settings().items()
-        if isinstance(value, str) and value in known
-    }
 
 
 def dry_run_config(config: RunConfig, options: DryRunOptions, micro_batch: int | None = None) -> RunConfig:
@@ -561,26 +554,71 @@ def predict_memory(measured: list[Measured], preset: Any, square: bool = False) 
 
 
 def _stage_prediction(runs: list[Measured], stage: str, preset: Any, square: bool) -> dict[str, Any]:
+    fit = stage_fit(runs, stage, square)
+    at = fit_at({stage: fit}, preset.micro_batch)[stage]
+    figures = {
+        "static": fit["static_bytes"],
+        "gradients": fit["gradient_bytes"],
+        "data": fit["data_bytes_per_sample"] * preset.micro_batch,
+        "optimizer_step": fit["optimizer_step_bytes"],
+    }
+    return (
+        {f"{name}_gib": round(value / GIB, 4) for name, value in figures.items()}
+        | at
+        | {"micro_batches": fit["micro_batches"], "fit": "c + k1 b + k2 b^2" if square else "c + k1 b"}
+    )
+
+
+def stage_fit(runs: list[Measured], stage: str, square: bool = False) -> dict[str, Any]:
+    """One stage's memory as a function of the micro-batch b, from runs at several micro-batches: what stays
+    allocated, the gradients, the optimiser step's peak (the dry run's last step: its optimiser state
+    exists), the data per sample, and the activations c + k1 b (+ k2 b^2) fitted through the runs."""
     import numpy as np
 
-    last = runs[0].stage(stage)[-1]  # the dry run's last step: its optimiser state exists
+    last = runs[0].stage(stage)[-1]
     grads = last["grad_bytes"]
     sizes = [m.plan.micro_batch for m in runs]
     activations = [max(r["step_peak_bytes"] - grads - r["data_bytes"] for r in m.stage(stage)) for m in runs]
-    fitted = float(np.polyval(np.polyfit(sizes, activations, 2 if square else 1), preset.micro_batch))
-    data = last["data_bytes"] / last["data_samples"] * preset.micro_batch
-    figures = {
-        "static": last["static_bytes"],
-        "gradients": grads,
-        "activations": fitted,
-        "data": data,
-        "optimizer_step": last["optimizer_peak_bytes"],
-        "predicted": last["static_bytes"] + grads + max(fitted + data, last["optimizer_peak_bytes"]),
-    }
-    return {f"{name}_gib": round(value / GIB, 4) for name, value in figures.items()} | {
+    polynomial = np.polyfit(sizes, activations, 2 if square else 1)
+    return {
+        "static_bytes": last["static_bytes"],
+        "gradient_bytes": grads,
+        "optimizer_step_bytes": last["optimizer_peak_bytes"],
+        "data_bytes_per_sample": last["data_bytes"] / last["data_samples"],
+        "activations_polynomial": [round(float(c), 3) for c in polynomial],
         "micro_batches": sizes,
-        "fit": "c + k1 b + k2 b^2" if square else "c + k1 b",
     }
+
+
+def package_predictions(results: Mapping[str, Any]) -> dict[str, Any]:
+    """`hf_vrl/run/memory_predictions.json` from the dry runs' results (benchmarks/results/dry_runs.json):
+    each paper preset's prediction at its present settings, DCR's footprint as the results hold it, the
+    others' fits as coefficients."""
+    packaged = {}
+    for preset, kept in sorted(results["presets"].items()):
+        config = preset_config(preset)[1]
+        prediction = kept["prediction"]
+        entry = {
+            "method": config.method,
+            "global_batch": config.batch_plan(1).global_batch,
+            "micro_batch": config.batch_plan(1).micro_batch,
+            "settings": fitted_settings(config),
+            "memory_settings": memory_settings(config),
+            "chosen": chosen_settings(config),
+        }
+        if has_components(config):
+            entry |= {"how": "footprint", "stages": prediction["stages"]}
+        else:
+            options = DryRunOptions(micro_batch=kept["options"]["micro_batch"])
+            runs = fit_runs(config, options, kept["records"])
+            fits = {}
+            for stage in dict.fromkeys(r["stage"] for r in runs[0].records):
+                if len(with_stage := [m for m in runs if m.stage(stage)]) > 1:
+                    fits[stage] = stage_fit(with_stage, stage)
+            entry |= {"how": "fit", "stages": fits}
+        entry |= {key: prediction[key] for key in ("predicted_gib", "budget_gib", "within_budget")}
+        packaged[preset] = json.loads(json.dumps(entry))
+    return packaged
 
 
 def problems(report: Mapping[str, Any], out: Path) -> list[str]:
@@ -646,17 +684,19 @@ def summary(report: Mapping[str, Any], out: Path) -> str:
     return "\n".join(lines)
 
 
-def print_prediction(method_class: type, config: RunConfig) -> None:
-    """--print-config's lines on the memory `config` asks of a GPU, to stderr: predicted from the parts of its
-    step where the method has them, else where to find the prediction."""
-    if not has_components(config):
-        print(
-            "memory on a GPU: --dry-run predicts it (fitted through the micro-batches it measures)",
-            file=sys.stderr,
-        )
-        return
-    stages = _stages(method_class, config, Path(config.output.output_dir or "."))
-    for line in prediction_lines(component_prediction(config, stages)):
+def print_prediction(method_class: type, config: RunConfig, source: str | None = None) -> None:
+    """--print-config's lines on the memory `config` (from the preset or file `source`) asks of a GPU, to
+    stderr (`hf_vrl.run.memory.preset_prediction`), or where to find it."""
+    stages = (
+        _stages(method_class, config, Path(config.output.output_dir or "."))
+        if has_components(config)
+        else None
+    )
+    prediction = preset_prediction(config, Path(source).stem if source else None, stages)
+    lines = prediction_lines(prediction) or [
+        "memory on a GPU: --dry-run predicts it (fitted through the micro-batches it measures)"
+    ]
+    for line in lines:
         print(line, file=sys.stderr)
 
 
@@ -730,7 +770,7 @@ def main(method_class: type, parsed: Any) -> int:
         print(json.dumps(shown.to_dict(), indent=2))
         plan = shown.batch_plan(1)
         print(plan.describe(shown.loss_terms(plan)), file=sys.stderr)
-        print_prediction(method_class, config)
+        print_prediction(method_class, config, parsed.source)
         return 0
     report = dry_run(method_class, config, out, options, preset=preset)
     print(summary(report, out))
