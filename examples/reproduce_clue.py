@@ -108,7 +108,7 @@ def comparison(
 def check_data(spec: str, allow_partial: bool) -> dict[str, dict[str, Any]]:
     """Both splits of `spec` counted against the official numbers before any run (one-line UserError for a
     partial copy unless `allow_partial`): {split: counts record}."""
-    from hf_vrl.evaluation import load_counted_dataset
+    from hf_vrl.eval_inputs import load_counted_dataset
 
     return {
         split: load_counted_dataset(spec, split=split, allow_partial=allow_partial)[1]

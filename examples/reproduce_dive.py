@@ -145,7 +145,7 @@ def check_data(table: int, root: Path, allow_partial: bool) -> tuple[dict[str, A
     against its official numbers (a one-line UserError for a partial one unless `allow_partial`). Returns
     ({set: counts record}, the columns measured on partial sets)."""
     from hf_vrl.data.registry import check_dataset_name
-    from hf_vrl.evaluation import load_counted_dataset
+    from hf_vrl.eval_inputs import load_counted_dataset
 
     check_dataset_name(name(root, "cc3m"), "the reference set (cc3m/)")
     for key in ("iwildcam", "fmow") if table == 4 else ("imagenet",):

@@ -35,9 +35,10 @@ __all__ = [
 def as_embeddings(output) -> Tensor:
     """Return the ``[B, D]`` embedding tensor from a tensor or a ``get_*_features`` output.
 
-    transformers 5's ``get_image_features`` / ``get_text_features`` (CLIPModel's, and DiffCLIPModel's on 5.x)
-    return a ``BaseModelOutputWithPooling`` whose ``pooler_output`` holds the projected embedding; 4.x's (and
-    DiffCLIPModel's on 4.x, which follows the installed release) return the tensor itself.
+    transformers 5's ``get_image_features`` / ``get_text_features`` (CLIPModel's, and hf_vrl's DiffCLIP, DCR
+    and CLUE models' on 5.x) return a ``BaseModelOutputWithPooling`` whose ``pooler_output`` holds the
+    projected embedding; 4.x's (and hf_vrl's models' on 4.x, which follow the installed release) return the
+    tensor itself.
     """
     if isinstance(output, Tensor):
         return output

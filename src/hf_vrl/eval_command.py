@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from hf_vrl import evaluation
+from hf_vrl import eval_inputs, evaluation
 from hf_vrl.data.images import SampleFilter
 from hf_vrl.run.data import rows_summary
 from hf_vrl.run.layout import OutputDir, atomic_write_json
@@ -60,7 +60,7 @@ def _build_parser() -> argparse.ArgumentParser:
             "report.json as each task finishes; PNG figures at the end.",
             width=100,
         ),
-        epilog=f"{dataset_help()}\n\nexample (after `make demo`): {evaluation.EXAMPLE}",
+        epilog=f"{dataset_help()}\n\nexample (after `make demo`): {eval_inputs.EXAMPLE}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", required=True, help="local model directory, hub_configs preset or hub id")
@@ -216,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.dataset is not None:  # the data and its counts before any model is loaded
         data = {"image_size": args.image_size, "seed": args.seed, "allow_partial": args.allow_partial}
         data["tasks"] = args.tasks
-        dataset, counts[args.split] = evaluation.load_counted_dataset(
+        dataset, counts[args.split] = eval_inputs.load_counted_dataset(
             args.dataset, split=args.split, limit=args.limit, sample_filter=skips[args.split], **data
         )
         if "linear_probe" in args.tasks:
-            train, counts[args.train_split] = evaluation.load_counted_dataset(
+            train, counts[args.train_split] = eval_inputs.load_counted_dataset(
                 args.dataset,
                 split=args.train_split,
                 limit=args.train_limit,
@@ -245,12 +245,14 @@ def main(argv: list[str] | None = None) -> int:
 def _load_models(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     """(model, image processor, tokenizer, the rsa task's reference model or None)."""
     remote = args.trust_remote_code
-    model, image_processor, tokenizer = evaluation.load_model_and_processors(
+    model, image_processor, tokenizer = eval_inputs.load_model_and_processors(
         args.model, trust_remote_code=remote
     )
     reference = None
     if "rsa" in args.tasks and args.reference_model:
-        reference, _, _ = evaluation.load_model_and_processors(args.reference_model, trust_remote_code=remote)
+        reference, _, _ = eval_inputs.load_model_and_processors(
+            args.reference_model, trust_remote_code=remote
+        )
     return model, image_processor, tokenizer, reference
 
 
@@ -302,8 +304,8 @@ def _evaluate(
             templates=args.templates,
             protocol=args.protocol,
             dataset_name=args.dataset,
-            data=evaluation.data_record(args.dataset, args.split, dataset, limit=args.limit, seed=args.seed),
-            mirror=evaluation.mirror_prompts(args.dataset),
+            data=eval_inputs.data_record(args.dataset, args.split, dataset, limit=args.limit, seed=args.seed),
+            mirror=eval_inputs.mirror_prompts(args.dataset),
             batch_size=args.batch_size,
             device=device,
             seed=args.seed,

@@ -1,5 +1,5 @@
-"""`evaluate_clip()`: the metric suite for any CLIP-like model or vision tower, and the loaders of the models
-and data it scores (`hf-vrl eval` is `hf_vrl.eval_command`).
+"""`evaluate_clip()`: the metric suite for any CLIP-like model or vision tower (`hf-vrl eval` is
+`hf_vrl.eval_command`; the loaders of the models and data it scores are `hf_vrl.eval_inputs`).
 
 A model qualifies when it exposes `get_image_features(pixel_values=...)` (and, for the text tasks,
 `get_text_features(input_ids=..., attention_mask=...)`), as transformers' CLIPModel / SiglipModel and this
@@ -37,10 +37,13 @@ from transformers.utils.logging import tqdm
 
 from hf_vrl import metrics
 from hf_vrl.contrastive import as_embeddings
+from hf_vrl.data import prompts as data_prompts
+from hf_vrl.data.benchmarks import benchmark_name, benchmark_of, openai_class_names
+from hf_vrl.data.clip_benchmark import TEMPLATES, fill_mirror_template
 from hf_vrl.data.imagenet import OBJECTNET_BORDER, BorderCropped
-from hf_vrl.data.processors import load_image_processor
+from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS, OBJECTNET_FOLDER_TO_IMAGENET
 from hf_vrl.data.prompts import imagenet_family
-from hf_vrl.data.registry import how_drawn, text_source
+from hf_vrl.data.schema import class_names_of
 from hf_vrl.devices import module_device, module_dtype, to_device
 from hf_vrl.errors import UserError
 
@@ -272,35 +275,37 @@ def zero_shot_prompts(
     as "cifar10"), else the protocol's default: OpenAI's set for `dataset_name` (ImageNet's 80 when it has
     none) for "clip_benchmark", hf_vrl's 8 for "hf_vrl". "clip_benchmark" fills them verbatim (str.format),
     "hf_vrl" with `fill_template_with_article` ("a {}" -> "an {}" before a vowel)."""
-    from hf_vrl.data import prompts
-
-    fill = str.format if _check_protocol(protocol) == "clip_benchmark" else prompts.fill_template_with_article
+    fill = (
+        str.format
+        if _check_protocol(protocol) == "clip_benchmark"
+        else data_prompts.fill_template_with_article
+    )
     if isinstance(templates, str):
-        key = prompts.template_set_for(templates)
+        key = data_prompts.template_set_for(templates)
         if key is None:
             raise UserError(
-                f"no template set named {templates!r}; choose from {', '.join(prompts.OPENAI_TEMPLATES)}"
+                f"no template set named {templates!r}; choose from {', '.join(data_prompts.OPENAI_TEMPLATES)}"
             )
-        return ZeroShotPrompts(prompts.ZERO_SHOT_SETS[key], fill, f"{prompts.template_source(key)}:{key}")
+        return ZeroShotPrompts(
+            data_prompts.ZERO_SHOT_SETS[key], fill, f"{data_prompts.template_source(key)}:{key}"
+        )
     if templates is not None:
         if not templates:
             raise UserError("templates is empty; pass at least one prompt template or leave it unset")
         return ZeroShotPrompts(tuple(templates), fill, "custom")
     if protocol == "hf_vrl":
-        return ZeroShotPrompts(prompts.ZERO_SHOT_TEMPLATES, fill, "hf_vrl")
-    key = prompts.template_set_for(dataset_name)
+        return ZeroShotPrompts(data_prompts.ZERO_SHOT_TEMPLATES, fill, "hf_vrl")
+    key = data_prompts.template_set_for(dataset_name)
     source = (
-        f"{prompts.template_source(key)}:{key}"
+        f"{data_prompts.template_source(key)}:{key}"
         if key
-        else f"openai:{prompts.DEFAULT_TEMPLATE_SET} (fallback)"
+        else f"openai:{data_prompts.DEFAULT_TEMPLATE_SET} (fallback)"
     )
-    return ZeroShotPrompts(tuple(prompts.zero_shot_templates(dataset_name)), fill, source)
+    return ZeroShotPrompts(tuple(data_prompts.zero_shot_templates(dataset_name)), fill, source)
 
 
 def mirror_templates(mirror: Any) -> ZeroShotPrompts:
     """A clip_benchmark mirror's own templates, filled as clip_benchmark fills them (`{c}`)."""
-    from hf_vrl.data.clip_benchmark import TEMPLATES, fill_mirror_template
-
     filled = tuple(functools.partial(fill_mirror_template, t) for t in mirror.templates)
     return ZeroShotPrompts(filled, str.format, f"{mirror.where}/{TEMPLATES}")
 
@@ -314,29 +319,26 @@ def imagenet_classes(
     its 113 folders that map to ImageNet classes, each with the maximum logit of its ImageNet classes
     (`projection`; labels renumbered in sorted folder order, -1 for the other folders, not scored):
     WiSE-FT / FLYP's protocol. Otherwise the dataset's own."""
-    from hf_vrl.data import prompts
-    from hf_vrl.data.benchmarks import openai_class_names
-    from hf_vrl.data.imagenet_classes import IMAGENET_CLASSNAMES, IMAGENET_WNIDS, OBJECTNET_FOLDER_TO_IMAGENET
-
-    member = prompts.imagenet_family(dataset_name)
-    folders = {prompts._normalise(name): name for name in OBJECTNET_FOLDER_TO_IMAGENET}
-    if member == "objectnet" and names and any(prompts._normalise(name) in folders for name in names):
-        names = [folders.get(prompts._normalise(name), name) for name in names]  # alarm clock: alarm_clock
+    member = data_prompts.imagenet_family(dataset_name)
+    folders = {data_prompts._normalise(name): name for name in OBJECTNET_FOLDER_TO_IMAGENET}
+    if member == "objectnet" and names and any(data_prompts._normalise(name) in folders for name in names):
+        # alarm clock: alarm_clock
+        names = [folders.get(data_prompts._normalise(name), name) for name in names]
         mapped = sorted(name for name in names if name in OBJECTNET_FOLDER_TO_IMAGENET)
         if labels is not None:
             position = np.array([mapped.index(n) if n in OBJECTNET_FOLDER_TO_IMAGENET else -1 for n in names])
             labels = position[labels]
         projection = [OBJECTNET_FOLDER_TO_IMAGENET[name] for name in mapped]
         return labels, list(IMAGENET_CLASSNAMES), "openai:objectnet", projection
-    if member in prompts.IMAGENET_SUBSETS and names is not None and len(names) == 1000:
-        keep = [IMAGENET_WNIDS.index(wnid) for wnid in prompts.imagenet_class_wnids(member)]
+    if member in data_prompts.IMAGENET_SUBSETS and names is not None and len(names) == 1000:
+        keep = [IMAGENET_WNIDS.index(wnid) for wnid in data_prompts.imagenet_class_wnids(member)]
         if labels is not None:
             position = np.full(1000, -1, dtype=np.int64)
             position[keep] = np.arange(len(keep))
             labels = position[labels]
             if (labels < 0).any():
                 raise UserError(f"{dataset_name}: labels outside the 200 classes {member} is scored on")
-        return labels, prompts.imagenet_class_names(member), f"openai:{member}", None
+        return labels, data_prompts.imagenet_class_names(member), f"openai:{member}", None
     openai = openai_class_names(dataset_name, names)
     benchmark = _benchmark_names_source(dataset_name, names)
     if openai is None:
@@ -348,8 +350,6 @@ def imagenet_classes(
 def _benchmark_names_source(dataset_name: str | None, names: list[str] | None) -> str | None:
     """The source of a benchmark's class names (`hf_vrl.data.benchmarks`: "openai:<set>" for the CLIP
     transfer sets, "flyp:iwildcam") when `names` are its labels; None for a user's own data."""
-    from hf_vrl.data.benchmarks import benchmark_of
-
     benchmark = benchmark_of(dataset_name)
     if benchmark is None or names is None or list(benchmark.class_names or ()) != list(names):
         return None
@@ -518,41 +518,6 @@ def headline(result: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)) or "done"
 
 
-def data_record(
-    name: str | None,
-    split: str | None,
-    dataset: Any,
-    *,
-    limit: int | None = None,
-    seed: int | None = None,
-    classes: Sequence[str] | None = None,
-    labels: str | None = None,
-    transform: str | None = None,
-) -> dict[str, Any]:
-    """What a report section records of the data its numbers were measured on (`"data"`; the model-index of
-    a run's card is read from it, `hf_vrl.hub.results`): the data as the run named it (a registry name,
-    `hf:<id>`, a path), its split and the samples scored, how these were drawn (`drawn`,
-    `hf_vrl.data.registry.how_drawn`: generated from `seed`, the whole split, the first `limit` rows of a
-    stream, or a seeded random subset of `limit`), where the captions come from when hf_vrl wrote them
-    (`texts`), the `classes` kept, the label column scored when not `label`, a `transform` applied to the
-    images (DiVE's shifts)."""
-    n_samples = len(dataset) if hasattr(dataset, "__len__") else None
-    drawn = how_drawn(name, None if classes else n_samples, limit)  # classes kept after the draw
-    record = {
-        "dataset": name,
-        "split": split,
-        "n_samples": n_samples,
-        "drawn": drawn,
-        "limit": limit,
-        "seed": seed if drawn in ("generated", "seeded subset") else None,
-        "texts": text_source(name, dataset),
-        "classes": list(classes) if classes else None,
-        "labels": labels if labels != "label" else None,
-        "transform": transform,
-    }
-    return {key: value for key, value in record.items() if value is not None}
-
-
 def _run_tasks(
     run: _Run,
     tasks: list[str],
@@ -637,9 +602,6 @@ def evaluate_clip(
     `border_crop`).
     With `return_embeddings`, also returns {"image", "labels", "class_names"} for figures.
     """
-    from hf_vrl.data.benchmarks import benchmark_name
-    from hf_vrl.data.schema import class_names_of
-
     tasks = _check_tasks(tasks)
     check_image_model(model)
     dataset_name = benchmark_name(
@@ -722,203 +684,3 @@ def text_table(rows: Sequence[Sequence[str]], left_columns: int = 0) -> str:
         )
         for row in rows
     )
-
-
-# -- loading what `hf-vrl eval` and the reproduce scripts score -------------------------------------
-
-
-EXAMPLE = "hf-vrl eval --model runs/demo/clip/final --dataset fashion_mnist --output-dir runs/eval"
-
-
-def resolve_model_path(name: str) -> str:
-    """A local path or hub id as given; a name of a folder in `hub_configs/` (e.g. tiny-clip) maps there."""
-    if Path(name).exists():
-        return name
-    from hf_vrl.presets import HUB_CONFIGS
-
-    preset = HUB_CONFIGS / name
-    return str(preset) if preset.is_dir() else name
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-def load_model_and_processors(name: str, *, trust_remote_code: bool = False) -> tuple[Any, Any, Any]:
-    """(model, image_processor, tokenizer) from a local dir or hub id; tokenizer is None for vision towers.
-    hf_vrl's own model types (DiffCLIP, DCR) load with the installed classes, without remote code. A model
-    that cannot be loaded, lacks a tensor, or embeds no images, raises a one-line UserError."""
-    from transformers import AutoModel, AutoProcessor, AutoTokenizer, ImageProcessingMixin
-
-    import hf_vrl.models  # noqa: F401  (registers hf_vrl's classes with the Auto classes)
-    from hf_vrl.weights import load_pretrained
-
-    path = resolve_model_path(name)
-    try:  # a tensor the folder lacks is refused (never evaluated at random); a head's extra ones are dropped
-        model = load_pretrained(AutoModel, path, extra_allowed=True, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        raise UserError(
-            f"cannot load a model from {name!r}: {_first_line(error)}. Pass a folder written by "
-            f"save_pretrained (weights included), e.g. the demo's: {EXAMPLE}"
-        ) from error
-    check_image_model(model)
-    try:
-        processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError):
-        processor = None
-    image_processor = getattr(processor, "image_processor", None)
-    if image_processor is None and isinstance(processor, ImageProcessingMixin):
-        image_processor = processor
-    try:
-        if image_processor is None:
-            image_processor = load_image_processor(path, trust_remote_code=trust_remote_code)
-        tokenizer = getattr(processor, "tokenizer", None)
-        if tokenizer is None and has_text_tower(model):
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        raise UserError(
-            f"{name!r} has the model but not its processors ({_first_line(error)}): save the image processor "
-            "(and, for a text tower, the tokenizer) into the model folder with save_pretrained"
-        ) from error
-    return model, image_processor, tokenizer
-
-
-def load_eval_dataset(
-    name: str,
-    *,
-    split: str,
-    limit: int | None = None,
-    image_size: int | None = None,
-    seed: int = 0,
-    sample_filter: Any = None,
-):
-    """A map-style dataset from the `hf_vrl.data` registry (imported here: the metrics stay independent of
-    it); a benchmark (`<key>:<where>`, a registered Hub mirror, a publisher's annotated folder) is read as
-    that benchmark (`load_counted_dataset`, counts not checked). Streamed sources (webdataset, parquet,
-    csv) are materialised, which needs a `limit`. A dataset that cannot be loaded raises a UserError saying
-    why.
-    `sample_filter` (`hf_vrl.data.images.SampleFilter`) counts the images skipped as unusable."""
-    import datasets
-
-    from hf_vrl.data.registry import load_dataset_by_name
-
-    if _benchmark_source(name) is not None:
-        return load_counted_dataset(name, split=split, allow_partial=True, limit=limit, seed=seed)[0]
-    try:
-        filtered = {"sample_filter": sample_filter} if sample_filter is not None else {}
-        ds = load_dataset_by_name(
-            name, split=split, limit=limit, image_size=image_size, seed=seed, **filtered
-        )
-    except (FileNotFoundError, ImportError, ValueError) as error:
-        raise UserError(f"cannot load the {split} split of dataset {name!r}: {error}") from error
-    if isinstance(ds, datasets.IterableDataset):
-        if limit is None:
-            raise UserError(f"{name!r} streams; pass --limit to evaluate a fixed number of its samples")
-        ds = datasets.Dataset.from_list(list(ds), features=ds.features)
-    return ds
-
-
-def task_level(key: str, tasks: Sequence[str] | None) -> str | None:
-    """The label level FGVC-Aircraft / Stanford Cars are scored at for `tasks`: the fine one (100 variants,
-    196 models: `hf_vrl.data.benchmarks.FINE_LEVELS`) for every task but CLUE's granularity, which reads the
-    coarse one in `label` and the fine one in `fine_label` (None: that reading), whatever key names the
-    data."""
-    from hf_vrl.data.benchmarks import FINE_LEVELS
-
-    if key not in FINE_LEVELS:
-        return None
-    scored = set(tasks or DEFAULT_TASKS) & set(LABEL_TASKS)
-    if scored == {"granularity"}:
-        return None
-    if "granularity" in scored:
-        raise UserError(
-            f"{key}: granularity scores the coarse level and {', '.join(sorted(scored - {'granularity'}))} "
-            f"the fine one ({FINE_LEVELS[key]}): run granularity on its own"
-        )
-    return FINE_LEVELS[key]
-
-
-def _benchmark_source(name: str) -> tuple[str, str] | None:
-    """(benchmark key, where it is) of a registry name that names a scored benchmark: by its key
-    (`<key>:<where>`, `fgvc_aircraft:` / `stanford_cars:` too), as a registered Hub mirror
-    (`hf:clip-benchmark/wds_cars`: the repo id, exactly), or as a folder holding a publisher's annotated
-    layout (which the registry reads as that benchmark); None for a user's own data, whatever its path is
-    named, and for training corpora."""
-    from hf_vrl.data.benchmarks import BENCHMARKS, benchmark_of_repo
-    from hf_vrl.data.hub import is_hub_spec, parse_hub_spec
-    from hf_vrl.data.layouts import published_benchmark
-    from hf_vrl.data.registry import LEVEL_PREFIXES, parse_name
-
-    prefix, target = parse_name(name)
-    if prefix in LEVEL_PREFIXES or prefix in BENCHMARKS:
-        key = LEVEL_PREFIXES.get(prefix, (prefix,))[0]
-    elif prefix == "hf" and is_hub_spec(name):
-        benchmark = benchmark_of_repo(parse_hub_spec(name).repo_id)
-        key, target = (benchmark.key if benchmark else None), name
-    elif prefix in ("imagefolder", "") and Path(target).expanduser().is_dir():
-        key = published_benchmark(Path(target).expanduser())
-    else:
-        key = None
-    if key is None or BENCHMARKS[key].task not in ("classification", "retrieval"):
-        return None
-    return key, target
-
-
-def load_counted_dataset(
-    name: str,
-    *,
-    split: str,
-    allow_partial: bool = False,
-    limit: int | None = None,
-    image_size: int | None = None,
-    seed: int = 0,
-    tasks: Sequence[str] | None = None,
-    sample_filter: Any = None,
-) -> tuple[Any, dict[str, Any] | None]:
-    """(dataset, counts record) of `split`: a benchmark of `hf_vrl.data.benchmarks` (`_benchmark_source`) is
-    read from its published layout or Hub mirror and its images and classes checked against the official
-    counts (a mirror's: its own) before anything is scored: a partial copy is refused in one line unless
-    `allow_partial`, and the record (`Counts.as_dict`, plus `limit`) says what was there and, for a mirror,
-    which and where it differs from the registry's reading. FGVC-Aircraft and Stanford Cars are labelled at
-    the level `tasks` score (`task_level`). A user's own data loads as `load_eval_dataset` does; in
-    clip_benchmark's layout it is counted too (images, captions), against no official numbers.
-    `sample_filter` counts a user's data's skipped images."""
-    from hf_vrl.data.benchmarks import check_counts
-    from hf_vrl.data.layouts import load_benchmark, subset
-
-    found = _benchmark_source(name)
-    if found is None:
-        data = {"image_size": image_size, "seed": seed, "sample_filter": sample_filter}
-        dataset = load_eval_dataset(name, split=split, limit=limit, **data)
-        return dataset, _own_counts(name, dataset)
-    key, source = found
-    dataset, counts = load_benchmark(key, source, split, level=task_level(key, tasks))
-    check_counts(counts, name, allow_partial=allow_partial)
-    record = counts.as_dict() | ({"limit": limit} if limit is not None else {})
-    return subset(dataset, limit, seed), record
-
-
-def _own_counts(name: str, dataset: Any) -> dict[str, Any] | None:
-    """What a user's clip_benchmark-layout data held (images; captions for a caption set), None for others."""
-    from hf_vrl.data.registry import mirror_source
-
-    if mirror_source(name) is None:
-        return None
-    record = {"images": len(dataset), "source": mirror_source(name)[0]}
-    if "label" not in dataset.column_names:
-        record["texts"] = sum(len(c) for c in dataset["caption"][:])
-    described = f"{record['images']:,} images" + (
-        f", {record['texts']:,} captions" if "texts" in record else ""
-    )
-    return record | {"complete": True, "described": described}
-
-
-def mirror_prompts(name: str | None) -> Any:
-    """The class names and templates of the clip_benchmark layout `name` reads (`WdsMirror`), None for other
-    data: a mirror is scored with its own (its classnames.txt and zeroshot_classification_templates.txt)."""
-    from hf_vrl.data.clip_benchmark import read_mirror
-    from hf_vrl.data.readers import SourceFiles
-    from hf_vrl.data.registry import mirror_source
-
-    found = mirror_source(name) if name else None
-    return None if found is None else read_mirror(SourceFiles.of(found[0]))

@@ -181,7 +181,7 @@ class TableData:
         if (key, split) not in self.loaded:
             from hf_vrl.data.benchmarks import BENCHMARKS, check_counts
             from hf_vrl.data.layouts import load_benchmark, subset
-            from hf_vrl.evaluation import mirror_prompts
+            from hf_vrl.eval_inputs import mirror_prompts
 
             where, asked = _source(key, self.data_root, self.sources)
             dataset, counts = load_benchmark(key, where, asked or split, level=FINE_LEVELS.get(key))
@@ -275,7 +275,7 @@ class CellCache:
     def model_key(self, name: str) -> dict[str, str]:
         """What a model `name` (a folder or a Hub id) is, by content: a folder by the SHA-256 of its files
         (README.md and hidden files aside), a Hub id by the commit its snapshot is of."""
-        from hf_vrl.evaluation import resolve_model_path
+        from hf_vrl.eval_inputs import resolve_model_path
 
         path = Path(resolve_model_path(name))
         if path.is_file():
@@ -416,7 +416,8 @@ def ran_header(title: str, lines: Mapping[str, Any]) -> str:
 def load_model(path: str, text_model: str | None = None, device: str | None = None) -> tuple[Any, Any, Any]:
     """(model, image_processor, tokenizer) of `path`; an image model with `get_image_features` but no text
     tower (a DCRModel) gets `text_model`'s (`hf_vrl.methods.dcr.evaluate.DCREvalModel`)."""
-    from hf_vrl.evaluation import has_text_tower, load_model_and_processors
+    from hf_vrl.eval_inputs import load_model_and_processors
+    from hf_vrl.evaluation import has_text_tower
 
     model, image_processor, tokenizer = load_model_and_processors(path)
     if not has_text_tower(model) and text_model and callable(getattr(model, "get_image_features", None)):

@@ -13,7 +13,8 @@ from PIL import Image
 
 from hf_vrl import eval_command
 from hf_vrl.data.imagenet_classes import OBJECTNET_FOLDER_TO_IMAGENET
-from hf_vrl.evaluation import evaluate_clip, load_counted_dataset, load_eval_dataset
+from hf_vrl.eval_inputs import load_counted_dataset, load_eval_dataset
+from hf_vrl.evaluation import evaluate_clip
 
 
 def _image(path: Path, colour=(90, 120, 30)) -> None:
@@ -47,7 +48,7 @@ def objectnet(tmp_path_factory) -> Path:
 
 
 def _zero_shot(tiny_clip: Path, dataset, name: str) -> dict:
-    from hf_vrl.evaluation import load_model_and_processors
+    from hf_vrl.eval_inputs import load_model_and_processors
 
     model, processor, tokenizer = load_model_and_processors(str(tiny_clip))
     report = evaluate_clip(

@@ -21,7 +21,7 @@ from PIL import Image
 from hf_vrl import eval_command
 from hf_vrl.data.registry import load_dataset_by_name
 from hf_vrl.errors import UserError
-from hf_vrl.evaluation import load_counted_dataset
+from hf_vrl.eval_inputs import load_counted_dataset
 
 # the EuroSAT copy's own class order (hand-written; the registry's eurosat: lists OpenAI's order)
 EUROSAT_NAMES = [
@@ -177,7 +177,7 @@ def test_eval_scores_the_imagenet_mirror_with_its_names_and_templates(hub_cache,
         "label"
     ].names  # a ClassLabel needs distinct names; prompts keep the file's
     assert label_names[3:5] == ["missile (class 3)", "missile (class 4)"]
-    from hf_vrl.evaluation import mirror_prompts
+    from hf_vrl.eval_inputs import mirror_prompts
 
     assert mirror_prompts("imagenet:hf:clip-benchmark/wds_imagenet1k").class_names[3:5] == (
         "missile",
@@ -186,7 +186,8 @@ def test_eval_scores_the_imagenet_mirror_with_its_names_and_templates(hub_cache,
 
 
 def test_mirror_templates_are_filled_as_clip_benchmark_fills_them(hub_cache):
-    from hf_vrl.evaluation import mirror_prompts, mirror_templates
+    from hf_vrl.eval_inputs import mirror_prompts
+    from hf_vrl.evaluation import mirror_templates
 
     mirror = mirror_prompts("hf:clip-benchmark/wds_vtab-eurosat")
     prompts = mirror_templates(mirror)

@@ -50,7 +50,7 @@ def test_an_image_above_the_pixel_limit_is_refused_before_it_is_decoded(monkeypa
 
 def test_a_saved_dataset_with_an_undecodable_image_is_skipped_and_counted(tmp_path):
     from hf_vrl.data.registry import load_dataset_by_name
-    from hf_vrl.evaluation import load_eval_dataset
+    from hf_vrl.eval_inputs import load_eval_dataset
 
     images = [{"bytes": encode(noise(seed=i), "PNG"), "path": None} for i in range(4)]
     images[2] = {"bytes": b"not an image", "path": None}

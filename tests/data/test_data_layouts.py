@@ -21,7 +21,7 @@ from hf_vrl.data.layouts import layouts_help, load_benchmark
 from hf_vrl.data.registry import check_dataset_name, load_dataset_by_name
 from hf_vrl.data.schema import validate_row
 from hf_vrl.errors import UserError
-from hf_vrl.evaluation import load_counted_dataset
+from hf_vrl.eval_inputs import load_counted_dataset
 from hf_vrl.presets import list_presets, load_preset
 
 TENCH, GOLDFISH, KIT_FOX, ENGLISH_SETTER = "n01440764", "n01443537", "n02119789", "n02100735"

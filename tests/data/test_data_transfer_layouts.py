@@ -20,7 +20,7 @@ from hf_vrl.data.layouts import load_benchmark
 from hf_vrl.data.registry import load_dataset_by_name
 from hf_vrl.data.schema import validate_row
 from hf_vrl.errors import UserError
-from hf_vrl.evaluation import load_counted_dataset
+from hf_vrl.eval_inputs import load_counted_dataset
 
 
 def _official(counts) -> tuple:

@@ -16,7 +16,7 @@ from test_push_model_folder import _clip_folder
 import hf_vrl
 from hf_vrl import cli
 from hf_vrl.data.registry import how_drawn
-from hf_vrl.evaluation import data_record
+from hf_vrl.eval_inputs import data_record
 from hf_vrl.hub import build_model_card
 from hf_vrl.hub.record import NOT_SHOWN, effect
 from hf_vrl.hub.results import METRICS, data_table, eval_results, samples_text

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import datasets
 import pytest
 
-from hf_vrl import evaluation
+from hf_vrl import eval_inputs
 from hf_vrl.data.imagenet_classes import IMAGENET_WNIDS
 from hf_vrl.data.prompts import CAPTION_TEMPLATES, IMAGENET_TEMPLATES
 from hf_vrl.errors import UserError
@@ -23,7 +23,7 @@ def test_each_ood_set_reads_its_own_split_and_limit(monkeypatch):
         calls[name] = (split, limit)
         return name
 
-    monkeypatch.setattr(evaluation, "load_eval_dataset", load)
+    monkeypatch.setattr(eval_inputs, "load_eval_dataset", load)
     settings = DiVESettings(
         ood_datasets=["imagenet-v2", "imagenet-r", "imagenet-sketch"],
         ood_splits={"imagenet-v2": "train", "imagenet-r": "test"},

@@ -24,7 +24,7 @@ from transformers import (
     SiglipModel,
 )
 
-from hf_vrl import eval_command, evaluation
+from hf_vrl import eval_command, eval_inputs, evaluation
 from hf_vrl.data.prompts import OPENAI_TEMPLATES, ZERO_SHOT_TEMPLATES
 from hf_vrl.errors import UserError
 from hf_vrl.metrics import clustering_scores, mmvp_score, zero_shot_accuracy, zero_shot_classifier
@@ -548,7 +548,7 @@ def registry(monkeypatch):
         ds = color_dataset(6 if split == "train" else 4, seed=int(split == "train"))
         return ds.select(range(min(limit, len(ds)))) if limit else ds
 
-    monkeypatch.setattr(evaluation, "load_eval_dataset", load)
+    monkeypatch.setattr(eval_inputs, "load_eval_dataset", load)
     # the names it serves are not the real registry's: its preflight check stands aside too
     monkeypatch.setattr("hf_vrl.run.preflight.check_data", lambda name, what="--dataset": None)
     return calls
@@ -687,15 +687,13 @@ def test_main_with_the_registry_shapes_world(clip_dir, tmp_path):
 
 
 def test_streamed_sources_are_materialised_with_a_limit(monkeypatch):
-    import hf_vrl.data.registry as registry
-
     streamed = color_dataset(2).to_iterable_dataset()
-    monkeypatch.setattr(registry, "load_dataset_by_name", lambda name, **kwargs: streamed)
-    ds = evaluation.load_eval_dataset("webdataset:x", split="train", limit=6)
+    monkeypatch.setattr(eval_inputs, "load_dataset_by_name", lambda name, **kwargs: streamed)
+    ds = eval_inputs.load_eval_dataset("webdataset:x", split="train", limit=6)
     assert isinstance(ds, datasets.Dataset) and len(ds) == 6
     assert ds.features["label"].names == list(COLORS)
     with pytest.raises(UserError, match="--limit"):
-        evaluation.load_eval_dataset("webdataset:x", split="train")
+        eval_inputs.load_eval_dataset("webdataset:x", split="train")
 
 
 def test_main_logs_each_task_and_rewrites_the_report_as_tasks_finish(clip_dir, registry, tmp_path, caplog):

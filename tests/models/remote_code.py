@@ -46,18 +46,18 @@ with torch.no_grad():
 outputs = {key: value for key, value in out.items() if torch.is_tensor(value)}
 result = {"outputs": outputs, "cls": type(model).__name__, "transformers": transformers.__version__}
 result["threads"] = (torch.get_num_threads(), torch.get_num_interop_threads())
-if hasattr(model, "get_text_features"):  # a dual encoder: its feature methods against this CLIPModel
+if hasattr(model, "get_image_features"):  # its feature methods against this release's CLIPModel's
     from transformers import CLIPConfig, CLIPModel
 
     inputs = torch.load(inputs_path)
     tiny = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2}
-    text = {**tiny, "vocab_size": model.config.text_config.vocab_size}
+    vocab_size = getattr(getattr(model.config, "text_config", None), "vocab_size", 64)
+    text = {**tiny, "vocab_size": vocab_size}
     vision = {**tiny, "image_size": inputs["pixel_values"].shape[-1], "patch_size": 8}
     clip = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=8)).eval()
-    calls = {
-        "image": {"pixel_values": inputs["pixel_values"]},
-        "text": {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]},
-    }
+    calls = {"image": {"pixel_values": inputs["pixel_values"]}}
+    if hasattr(model, "get_text_features"):  # a dual encoder
+        calls["text"] = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
     result["features"] = {}
     with torch.no_grad():
         for name, kwargs in calls.items():
@@ -102,8 +102,9 @@ def run_fresh(script: str, args: list[str], work_dir: Path, environment: Path | 
 def remote_load(model_dir: Path, inputs: dict, work_dir: Path, environment: Path | None = None) -> dict:
     """Run `AutoModel.from_pretrained(model_dir, trust_remote_code=True)(**inputs)` in a fresh interpreter
     (`run_fresh`); returns {"outputs": tensor fields, "cls": class name, "transformers": version, "threads":
-    the child's (intra-op, inter-op) thread counts}, and for a dual encoder "features": {"image" | "text":
-    (the type its get_*_features returns, the type that release's CLIPModel's returns, the embedding)}."""
+    the child's (intra-op, inter-op) thread counts}, and for a model with `get_image_features` "features":
+    {"image" (and "text" for a dual encoder): (the type its get_*_features returns, the type that release's
+    CLIPModel's returns, the embedding)}."""
     work_dir.mkdir(parents=True, exist_ok=True)
     torch.save(inputs, work_dir / "inputs.pt")
     run_fresh(

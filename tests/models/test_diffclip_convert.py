@@ -24,11 +24,10 @@ from hf_vrl.methods.diffclip.convert import (
     SYNTHETIC,
     calibration_inputs,
     diffclip_config_from_clip,
-    diffclip_config_from_official,
     diffclip_from_clip,
-    load_official_checkpoint,
     set_lambda,
 )
+from hf_vrl.methods.diffclip.official import diffclip_config_from_official, load_official_checkpoint
 from hf_vrl.methods.diffclip.processors import slip_image_processor
 from hf_vrl.trainer import in_batch_accuracy
 

@@ -5,7 +5,7 @@
 
 The model-index follows the model card spec: task types are Hub task ids, dataset types Hub dataset ids,
 metric types Hub metric ids. Each entry's data is the data its number was measured on, as the report's
-section records it (`"data"`, `hf_vrl.evaluation.data_record`): the Hub id of that data, its split, the label
+section records it (`"data"`, `hf_vrl.eval_inputs.data_record`): the Hub id of that data, its split, the label
 column as `config`, and as `args` the classes kept and the sample limit where the number is not on the whole
 split. So the index records the numbers measured on data that is on the Hub (`DataName.hub_id`), unchanged
 (no synthetic shift), with a metric the Hub names (`HUB_METRICS`); the rest (a section that records no data;

@@ -87,7 +87,7 @@ def check_model_kind(value: str | None, what: str, accepts: Callable[[Any], bool
     from transformers import AutoConfig
 
     import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types)
-    from hf_vrl.evaluation import resolve_model_path
+    from hf_vrl.eval_inputs import resolve_model_path
 
     try:
         config = AutoConfig.from_pretrained(resolve_model_path(value))

@@ -11,7 +11,7 @@ It is the one record of what ran, written by the run as it happens: cards (`hf_v
 compare` and the loggers read it alone, never the configuration. `before` / `after` hold `evaluate_clip`'s
 sections (`zero_shot`, `retrieval`, `clustering`, `linear_probe`, `granularity`, `rsa`, `mmvp`, ...) with the
 same metric names for every method, so one table reads any runs; each section's `data` records what it was
-measured on (`hf_vrl.evaluation.data_record`: set, split, samples, how they were drawn, where the captions
+measured on (`hf_vrl.eval_inputs.data_record`: set, split, samples, how they were drawn, where the captions
 came from). `inputs` are the run's in-run pre-trainings (`Run.build_input`).
 """
 

@@ -158,7 +158,7 @@ class Run:
     def eval_record(self, rows: Any, dataset: str | None = None, **kwargs: Any) -> dict[str, Any]:
         """The `data_record` of evaluation `rows` drawn from `dataset` (default `eval.eval_dataset`) as
         `eval_data` loads it; `kwargs` (classes, labels, transform) say how the rows were changed since."""
-        from hf_vrl.evaluation import data_record
+        from hf_vrl.eval_inputs import data_record
 
         settings = self.config.eval
         name = dataset or settings.eval_dataset
@@ -168,7 +168,7 @@ class Run:
     def train_record(self) -> dict[str, Any] | None:
         """The `data_record` of the training data as `train_data` loaded it (None before it is loaded): the
         set, split, the samples and how they were drawn."""
-        from hf_vrl.evaluation import data_record
+        from hf_vrl.eval_inputs import data_record
 
         data = self.config.data
         loaded = [

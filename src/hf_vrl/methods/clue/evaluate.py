@@ -86,7 +86,7 @@ def evaluate_clue(
     recognise. Granularity (§3.1: CDNV within each coarse class, NCC fine / coarse) needs both `fine_label`
     and the coarse `label` and measures `granularity_split`: "train" (the paper's §3: `train_dataset`) or
     "test". The probe trains on `train_dataset`; what needs it is skipped without one. `data` / `train_data`
-    (`hf_vrl.evaluation.data_record`s of the two sets) go into each section as "data": the probe and
+    (`hf_vrl.eval_inputs.data_record`s of the two sets) go into each section as "data": the probe and
     retrieval score the test rows, granularity the rows of its split.
     """
     if granularity_split not in ("train", "test"):

@@ -343,7 +343,7 @@ class CLUEMethod(Method):
         """linear_probe.top1, retrieval.i2i_R@1 / i2i_R@5 and granularity.* (CLUE §5.1.2, §3.1; granularity on
         clue.granularity_split, the training rows by default)."""
         from hf_vrl import metrics
-        from hf_vrl.evaluation import data_record
+        from hf_vrl.eval_inputs import data_record
         from hf_vrl.methods.clue.evaluate import TASKS, evaluate_clue
 
         test = self._eval_data()

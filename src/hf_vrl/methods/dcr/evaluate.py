@@ -120,7 +120,7 @@ def evaluate_encoder(
     pairs_data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """D-ability on `dataset` (rows with image/label) and P-ability on MMVP-style `pairs` (see module
-    docstring); `data` / `pairs_data` (`hf_vrl.evaluation.data_record`s) go into their sections as "data"."""
+    docstring); `data` / `pairs_data` (`hf_vrl.eval_inputs.data_record`s) go into their sections as "data"."""
     from hf_vrl.evaluation import evaluate_mmvp
 
     was_training = encoder.training

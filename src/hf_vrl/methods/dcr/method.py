@@ -361,7 +361,7 @@ class DCRMethod(Method):
         return folder if folder.is_dir() else self._pretrain_clip("sd-text-clip")
 
     def _toy_record(self, rows: Any) -> dict[str, Any]:
-        from hf_vrl.evaluation import data_record
+        from hf_vrl.eval_inputs import data_record
 
         data = self.config.data
         return data_record(data.dataset, data.split, rows, limit=data.train_limit, seed=self.config.seed)
@@ -551,7 +551,7 @@ class DCRMethod(Method):
 
     def _pairs_record(self, pairs: Any) -> dict[str, Any]:
         """The data record of the MMVP pairs: the toy world's are generated from the run's seed."""
-        from hf_vrl.evaluation import data_record
+        from hf_vrl.eval_inputs import data_record
 
         record = data_record(self.config.dcr.mmvp, None, pairs)
         toy = self.config.dcr.mmvp == "toy"

@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer, CLIPProcessor
 
     from hf_vrl.data.processors import load_image_processor
-    from hf_vrl.methods.diffclip.convert import diffclip_from_clip, diffclip_from_official_checkpoint
+    from hf_vrl.methods.diffclip.convert import diffclip_from_clip
+    from hf_vrl.methods.diffclip.official import diffclip_from_official_checkpoint
     from hf_vrl.methods.diffclip.processors import slip_image_processor
     from hf_vrl.models.diffclip import DiffCLIPModel
 
@@ -118,7 +119,7 @@ def _tokenizer(name: str) -> Any:
     argument when none of them holds a tokenizer."""
     from transformers import AutoTokenizer
 
-    from hf_vrl.evaluation import resolve_model_path
+    from hf_vrl.eval_inputs import resolve_model_path
 
     check_source(name, "--tokenizer")
     try:

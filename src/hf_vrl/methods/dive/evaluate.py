@@ -219,7 +219,7 @@ def evaluate_dive(
     transfer mappings) picks its class names: OpenAI's curated ImageNet names for the ImageNet family,
     ImageNet-R / -A on their 200 classes (`hf_vrl.evaluation.imagenet_classes`). `settings`: the ID / OOD
     sets' extra metrics and ObjectNet's border crop (default `ClassifySettings()`; its batch_size is
-    replaced by `batch_size`). `data`: the `hf_vrl.evaluation.data_record` of each set, shaped as the report
+    replaced by `batch_size`). `data`: the `hf_vrl.eval_inputs.data_record` of each set, shaped as the report
     ({"id": record, "ood": {name: record}, "transfer": {...}, "rsa": record}), recorded beside its numbers as
     "data".
     """
@@ -306,7 +306,7 @@ def load_evaluation_sets(
     `evaluate_dive`, with the `data` record of each. An OOD set reads its own split and limit when
     `settings.ood_splits` / `ood_limits` name it (FLYP's protocol: each ImageNet shift is one test split of
     its own size)."""
-    from hf_vrl.evaluation import data_record, load_eval_dataset
+    from hf_vrl.eval_inputs import data_record, load_eval_dataset
 
     def load(name: str, set_split: str, n: int | None) -> tuple[Any, dict[str, Any]]:
         rows = load_eval_dataset(name, split=set_split, limit=n, image_size=image_size, seed=seed)

@@ -74,7 +74,7 @@ class DiVEModelConfig:
         from transformers import AutoConfig
 
         import hf_vrl.models  # noqa: F401  (registers hf_vrl's model types with AutoConfig)
-        from hf_vrl.evaluation import resolve_model_path
+        from hf_vrl.eval_inputs import resolve_model_path
 
         return AutoConfig.from_pretrained(
             resolve_model_path(self.pretrained), trust_remote_code=self.trust_remote_code
@@ -240,7 +240,7 @@ class DiVEMethod(Method):
         """`model.pretrained`, or the toy CLIP pre-trained once into <run>/inputs/pretrained."""
         from accelerate import PartialState
 
-        from hf_vrl.evaluation import resolve_model_path
+        from hf_vrl.eval_inputs import resolve_model_path
 
         model = self.config.model
         if not model.pretrain_steps:
@@ -632,7 +632,7 @@ def toy_model_dir(source: str, out_dir: Path, image_size: int | None) -> Path:
     """The config, processor and tokenizer of the preset `source`, at `image_size` pixels when given."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from hf_vrl.evaluation import resolve_model_path
+    from hf_vrl.eval_inputs import resolve_model_path
 
     source = resolve_model_path(source)
     config, processor = AutoConfig.from_pretrained(source), load_image_processor(source)

@@ -49,7 +49,7 @@ def load_dual_encoder(name: str, *, trust_remote_code: bool = False) -> tuple[nn
     preset (`tiny-clip`: config, processor and tokenizer without weights -> a randomly initialised model)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from hf_vrl.evaluation import load_model_and_processors, resolve_model_path
+    from hf_vrl.eval_inputs import load_model_and_processors, resolve_model_path
 
     path = Path(resolve_model_path(name))
     if path.is_dir() and _config_only(path):

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel, ResNetModel, ViTModel
+from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
@@ -23,6 +24,10 @@ except ImportError:  # transformers 4.x initialises before loading
     from torch.nn import init
 
 from .configuration_clue import CLUEConfig
+
+# transformers 4.x's CLIPModel.get_image_features returns the embedding tensor, 5.x's a
+# BaseModelOutputWithPooling whose pooler_output it is: CLUEModel's follows the installed release
+FEATURES_AS_TENSOR = int(TRANSFORMERS_VERSION.split(".")[0]) < 5
 
 
 def vlad(descriptors: torch.Tensor, assignments: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
@@ -252,17 +257,32 @@ class CLUEModel(CLUEPreTrainedModel):
             return self.backbone.get_input_embeddings()
         return self.backbone.embedder.embedder
 
-    @can_return_tuple
     def get_image_features(
         self,
         pixel_values: torch.Tensor,
         output_hidden_states: bool | list[int] | None = None,
         output_attentions: bool | None = None,
         **kwargs,
+    ) -> torch.Tensor | BaseModelOutputWithPooling | tuple:
+        """The online backbone's global feature h `[B, C]`, the representation CLUE learns, as the installed
+        release's `CLIPModel.get_image_features` gives its embedding: 5.x the backbone's output with h as
+        `pooler_output` (`_image_outputs`), 4.x the tensor (`FEATURES_AS_TENSOR`)."""
+        flags = {"output_hidden_states": output_hidden_states, "output_attentions": output_attentions}
+        if FEATURES_AS_TENSOR:
+            kwargs["return_dict"] = True
+            return self._image_outputs(pixel_values, **flags, **kwargs).pooler_output
+        return self._image_outputs(pixel_values, **flags, **kwargs)
+
+    @can_return_tuple
+    def _image_outputs(
+        self,
+        pixel_values: torch.Tensor,
+        output_hidden_states: bool | list[int] | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
-        """The online backbone's output with `pooler_output` its global feature h `[B, C]`, the representation
-        CLUE learns (as `CLIPModel.get_image_features` returns its embedding in transformers 5); hidden states
-        and attention maps as `forward` gives them; a tuple with `return_dict=False`."""
+        """The online backbone's output with `pooler_output` its global feature h `[B, C]`; hidden states and
+        attention maps as `forward` gives them; a tuple with `return_dict=False`."""
         flags = self._output_flags(output_hidden_states, output_attentions)
         features, _, _, outputs = self.backbone_features(pixel_values, **flags)
         return BaseModelOutputWithPooling(

@@ -22,6 +22,7 @@ from transformers import (
     SiglipModel,
     SiglipVisionModel,
 )
+from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import ModelOutput
@@ -36,6 +37,9 @@ try:
     from transformers import initialization as init
 except ImportError:
     from torch.nn import init
+# transformers 4.x's CLIPModel.get_image_features returns the projected embedding tensor, 5.x's a
+# BaseModelOutputWithPooling whose pooler_output it is: DCRModel's follows the installed release
+FEATURES_AS_TENSOR = int(TRANSFORMERS_VERSION.split(".")[0]) < 5
 
 
 def _tower_body(tower: PreTrainedModel) -> nn.Module:
@@ -236,11 +240,10 @@ class DCRModel(DCRPreTrainedModel):
         return torch.cat([conditions, self.projector(patches)], dim=1)
 
     @can_return_tuple
-    def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> BaseModelOutputWithPooling | tuple:
-        """The tower's output with `pooler_output` the image embedding z `[B, image_embed_dim]` (what
-        D-ability clustering and MMVP scoring use), as `CLIPModel.get_image_features` returns in transformers
-        5; the tower's hidden states and attention maps when asked (`output_hidden_states`,
-        `output_attentions`), a tuple with `return_dict=False`."""
+    def _image_outputs(self, pixel_values: torch.Tensor, **kwargs) -> BaseModelOutputWithPooling | tuple:
+        """The tower's output with `pooler_output` the image embedding z `[B, image_embed_dim]`; the tower's
+        hidden states and attention maps when asked (`output_hidden_states`, `output_attentions`), a tuple
+        with `return_dict=False`."""
         embeds, _, tower = self._embed(pixel_values, with_patches=False, **kwargs)
         return BaseModelOutputWithPooling(
             last_hidden_state=tower.last_hidden_state,
@@ -248,6 +251,17 @@ class DCRModel(DCRPreTrainedModel):
             hidden_states=tower.hidden_states,
             attentions=tower.attentions,
         )
+
+    def get_image_features(
+        self, pixel_values: torch.Tensor, **kwargs
+    ) -> torch.Tensor | BaseModelOutputWithPooling | tuple:
+        """The image embedding z `[B, image_embed_dim]` (what D-ability clustering and MMVP scoring use) as
+        the installed release's `CLIPModel.get_image_features` gives its embedding: 5.x the tower's output
+        with z as `pooler_output` (`_image_outputs`), 4.x the tensor (`FEATURES_AS_TENSOR`)."""
+        if FEATURES_AS_TENSOR:
+            kwargs["return_dict"] = True
+            return self._image_outputs(pixel_values, **kwargs).pooler_output
+        return self._image_outputs(pixel_values, **kwargs)
 
     def forward(
         self,
