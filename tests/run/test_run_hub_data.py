@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 from hub_fixtures import (
+    SHA,
     cc3m_wds_files,
     hub_cache_repo,
     imagenet_wds_files,
@@ -124,3 +126,38 @@ def test_a_hub_stream_killed_resumes_exactly(tmp_path, monkeypatch):
     ok(hf_vrl([*HUB_DIFFCLIP, "--output-dir", str(full)]))
     kill_then_resume(HUB_DIFFCLIP, tmp_path / "run", "step:train:3")
     assert_identical(tmp_path / "run/final", full / "final")
+
+
+def _interrupted_after_step_one(out: Path) -> None:
+    """`out` as a run killed after its first checkpoint leaves it."""
+    shutil.rmtree(out / "final")
+    shutil.rmtree(out / "checkpoints/train/checkpoint-2")
+    (out / "report.json").unlink()
+
+
+def test_a_resume_reads_the_hub_commit_its_run_read_after_main_moved_on(hub_cache, tmp_path, capsys):
+    """The run reads cc3m-wds at SHA and records it; main then moves to a commit whose shards hold no caption
+    (a run reading it is refused): the resume still reads SHA; once the cache lost SHA, one line says so."""
+    hub_cache_repo(hub_cache, "pixparse/cc3m-wds", cc3m_wds_files([16, 16], [8]))
+    out = tmp_path / "run"
+    argv = ["train", "diffclip", "--config", "diffclip-tiny", "--dataset", "hf:pixparse/cc3m-wds", *SHORT]
+    argv += ["--save-steps", "1", "--output-dir", str(out)]
+    assert main(argv) == 0
+    assert json.loads((out / "config.json").read_text())["hub_commits"] == {"pixparse/cc3m-wds": SHA}
+    newer = "9c1f0e2d3b4a5968778695a4b3c2d1e0f9a8b7c6"
+    hub_cache_repo(hub_cache, "pixparse/cc3m-wds", imagenet_wds_files([16, 16], [8]), sha=newer)
+    names = {f"cc3m-{split}-0000.tar": f"imagenet1k-{split}-0000.tar" for split in ("train", "validation")}
+    snapshot = hub_cache / "datasets--pixparse--cc3m-wds/snapshots" / newer
+    for cc3m, imagenet in names.items():  # the newer commit: caption-less shards under cc3m's names
+        (snapshot / imagenet).rename(snapshot / cc3m)
+    _interrupted_after_step_one(out)
+    assert main([*argv, "--resume"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["train"]["stages"]["train"]["steps"] == 2 and report["hub_commits"] == {
+        "pixparse/cc3m-wds": SHA
+    }
+    assert json.loads((out / "config.json").read_text())["hub_commits"] == {"pixparse/cc3m-wds": SHA}
+    _interrupted_after_step_one(out)
+    shutil.rmtree(hub_cache / "datasets--pixparse--cc3m-wds/snapshots" / SHA)
+    message = refused([*argv, "--resume"], tmp_path, capsys)
+    assert f"read dataset pixparse/cc3m-wds at commit {SHA}" in message

@@ -116,9 +116,10 @@ def _load_hub(target: str, split: str, streaming: bool, options: dict[str, Any],
     if shards:
         return _stream(shards, **common, **options)
     columns = {key.removesuffix("_column"): options[key] for key in COLUMN_OPTIONS if options.get(key)}
-    source, extra = spec.repo_id, {"revision": spec.revision} if spec.revision else {}
+    commit = hub.dataset_snapshot(spec.repo_id, spec.revision)[0]  # the run's commit (`pinned_commits`)
+    source, extra = spec.repo_id, {"revision": commit}
     if hub.is_offline():
-        source, extra = str(hub.local_snapshot(spec.repo_id, spec.revision)), {}
+        source, extra = str(hub.local_snapshot(spec.repo_id, commit)), {}
     if spec.path:
         extra["data_dir"] = spec.path
     return generic.load_hf_dataset(

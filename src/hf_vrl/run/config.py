@@ -47,6 +47,7 @@ __all__ = [
 PRESET_INFO_KEYS = ("method", "description", "notes")  # a preset's documentation, not settings
 LAUNCH = "launch"  # <run>/config.json's record of the launch that wrote it (processes, FSDP), not a setting
 DATA_FILES = "data_files"  # <run>/config.json's record of the local data it read (run.data.data_fingerprint)
+HUB_COMMITS = "hub_commits"  # <run>/config.json's record of the Hub commits it read (data.hub.pinned_commits)
 SHARED_SECTIONS = ("data", "optim", "eval", "output")
 
 # -- declaring settings ------------------------------------------------------------------------------------
@@ -683,6 +684,7 @@ def resolve(
     method = preset.pop("method", cls.method)
     preset.pop(LAUNCH, None)
     preset.pop(DATA_FILES, None)
+    preset.pop(HUB_COMMITS, None)
     for key in PRESET_INFO_KEYS:
         preset.pop(key, None)
     if method != cls.method:
