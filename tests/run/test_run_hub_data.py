@@ -4,17 +4,21 @@ reference set DiVE cannot use are refused before anything is written; DCR trains
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hub_fixtures import (
     SHA,
     cc3m_wds_files,
     hub_cache_repo,
     imagenet_wds_files,
+    jpeg,
     offline_hub_cache,
     write_files,
 )
@@ -22,6 +26,10 @@ from test_run_refusals import refused
 from test_run_resume import QUIET, assert_identical, hf_vrl, kill_then_resume, ok
 
 from hf_vrl.cli import main
+from hf_vrl.methods.clue.method import CLUERunConfig
+from hf_vrl.methods.dcr.method import DCRRunConfig
+from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
+from hf_vrl.methods.dive.method import DiVERunConfig
 
 SHORT = ["--max-steps", "2", "--batch-size", "4", "--no-eval-before", "--no-eval-after", "--no-figures"]
 
@@ -161,3 +169,27 @@ def test_a_resume_reads_the_hub_commit_its_run_read_after_main_moved_on(hub_cach
     shutil.rmtree(hub_cache / "datasets--pixparse--cc3m-wds/snapshots" / SHA)
     message = refused([*argv, "--resume"], tmp_path, capsys)
     assert f"read dataset pixparse/cc3m-wds at commit {SHA}" in message
+
+
+def test_a_hub_parquet_repo_streams_in_a_run_of_a_method_that_takes_streams(hub_cache, tmp_path, capsys):
+    """DiffCLIP takes streams: a Hub parquet repo streams in its run (so it needs --max-steps, as shards do)
+    and trains; DiVE and CLUE read theirs map-style (`RunConfig.map_style_data`)."""
+    table = pa.table(
+        {
+            "image": [{"bytes": jpeg(i), "path": None} for i in range(8)],
+            "caption": [f"c {i}" for i in range(8)],
+        }
+    )
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    hub_cache_repo(hub_cache, "someone/pairs", {"data/train-00000-of-00001.parquet": buffer.getvalue()})
+    argv = ["train", "diffclip", "--config", "diffclip-tiny", "--dataset", "hf:someone/pairs"]
+    argv += ["--batch-size", "4", "--no-eval-before", "--no-eval-after", "--no-figures"]
+    message = refused([*argv, "--output-dir", str(tmp_path / "run")], tmp_path, capsys)
+    assert "hf:someone/pairs is streamed (its length is unknown): give --max-steps" in message
+    out = tmp_path / "run"
+    assert main([*argv, "--max-steps", "2", "--output-dir", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["train"]["stages"]["train"]["steps"] == 2
+    assert DiVERunConfig.map_style_data and CLUERunConfig.map_style_data
+    assert not DiffCLIPRunConfig.map_style_data and not DCRRunConfig.map_style_data

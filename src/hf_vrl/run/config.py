@@ -136,7 +136,8 @@ def _streamed_data(config: RunConfig) -> bool:
     """Whether the training data streams (its order then follows the loader workers' count)."""
     from hf_vrl.data.registry import is_streamed
 
-    return config.data.dataset is not None and is_streamed(config.data.dataset)
+    streaming = False if config.map_style_data else None
+    return config.data.dataset is not None and is_streamed(config.data.dataset, streaming)
 
 
 # -- the shared sections -----------------------------------------------------------------------------------
@@ -311,6 +312,9 @@ class RunConfig:
 
     method: ClassVar[str] = ""
     preset: ClassVar[str] = ""  # the default preset of `hf-vrl train <method>`
+    # its training data is read map-style where the source allows (a Hub parquet or image repo; webdataset
+    # shards always stream): the labelled sets DiVE and CLUE index by sample; else such a repo streams
+    map_style_data: ClassVar[bool] = False
 
     model: Any = None
     data: DataConfig = field(default_factory=DataConfig)

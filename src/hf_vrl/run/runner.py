@@ -113,10 +113,12 @@ class Run:
                 filtered = {"sample_filter": self.sample_filter(f"{name} ({split})", image_size)}
             else:
                 stream_options["shuffle_buffer"], filtered = 0, {}
+            streams = training and not self.config.map_style_data  # a Hub table or image repo too
             try:
                 self._datasets[key] = load_dataset_by_name(
                     name,
                     split=split,
+                    streaming=None if streams else False,
                     limit=limit,
                     seed=self.config.seed,
                     image_size=image_size,
@@ -169,6 +171,8 @@ class Run:
     def train_record(self) -> dict[str, Any] | None:
         """The `data_record` of the training data as `train_data` loaded it (None before it is loaded): the
         set, split, the samples and how they were drawn."""
+        from datasets import IterableDataset
+
         from hf_vrl.evaluation import data_record
 
         data = self.config.data
@@ -182,6 +186,8 @@ class Run:
         record = data_record(
             data.dataset, data.split, loaded[0], limit=data.train_limit, seed=self.config.seed
         )
+        if isinstance(loaded[0], IterableDataset) and record.get("drawn") == "seeded subset":
+            record.update(drawn="stream start", seed=None)  # a Hub table streamed for this method
         if record.get("drawn") == "stream start" and data.shuffle_buffer:
             record.update(
                 drawn="shuffled stream start", shuffle_buffer=data.shuffle_buffer, seed=self.config.seed
