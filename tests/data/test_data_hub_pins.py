@@ -10,12 +10,10 @@ import logging
 import shutil
 from pathlib import Path
 
-import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hub_fixtures import SHA, cc3m_wds_files, hub_cache_repo, jpeg
-from PIL import Image
+from hub_fixtures import SHA, cc3m_wds_files, cub_copy_files, hub_cache_repo, jpeg
 
 from hf_vrl.data import hub, webdataset
 from hf_vrl.data.hub import dataset_file, pinned_commits
@@ -114,16 +112,7 @@ def test_a_shard_the_cache_lacks_mid_stream_is_retried_then_skipped_with_one_lin
 
 
 def cub_copy(cache: Path, train_labels: list[int], sha: str) -> None:
-    """A parquet copy of CUB-200-2011 on the Hub (a ClassLabel of the publisher's class folders)."""
-    names = [f"{i:03d}.Bird_{i}" for i in range(1, 201)]
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
-    files = {"README.md": b"# CUB-200-2011\n"}
-    for split, labels in (("train", train_labels), ("test", [1, 0])):
-        rows = {"image": [Image.new("RGB", (12, 10), (i * 40, 20, 20)) for i in range(len(labels))]}
-        buffer = io.BytesIO()
-        datasets.Dataset.from_dict(rows | {"label": labels}, features=features).to_parquet(buffer)
-        files[f"data/{split}-00000-of-00001.parquet"] = buffer.getvalue()
-    hub_cache_repo(cache, "efekankavalci/CUB_200_2011", files, sha=sha)
+    hub_cache_repo(cache, "efekankavalci/CUB_200_2011", cub_copy_files(train_labels, [1, 0]), sha=sha)
 
 
 def test_a_benchmark_copy_read_by_datasets_is_read_at_the_recorded_commit(hub_cache):
