@@ -16,6 +16,7 @@ import json
 import tarfile
 from pathlib import Path
 
+import datasets
 import pytest
 from huggingface_hub import constants
 from PIL import Image
@@ -129,8 +130,6 @@ def write_files(folder: Path, files: dict[str, bytes]) -> Path:
 def cub_copy_files(train_labels: list[int], test_labels: list[int]) -> dict[str, bytes]:
     """efekankavalci/CUB_200_2011's files: data/{train,test}-00000-of-00001.parquet (an image and a ClassLabel
     of the publisher's 200 class folders, `NNN.Name`) and a README."""
-    import datasets
-
     names = [f"{i:03d}.Bird_{i}" for i in range(1, 201)]
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
     files = {"README.md": b"# CUB-200-2011\n"}
