@@ -5,6 +5,7 @@ top-1, image retrieval Rank-1 / Rank-5, %; mean over the seeds).
 
     python examples/reproduce_clue.py --data-root data --table 2 \\
         --descriptions data/cub200_descriptions.json                      # clue-r50 on CUB-200 (4 GPUs)
+    python examples/reproduce_clue.py --table 2 --descriptions cub.json   # CUB-200 from its Hub copy
     python examples/reproduce_clue.py --data-root data --dataset Cars --table 3 --descriptions cars.json
     python examples/reproduce_clue.py --data-root embedded --table 2 --max-steps 30   # the pipeline on the
                                                     # embedded toy data (clue-tiny): not the paper's numbers
@@ -17,11 +18,15 @@ where the key's folder is absent. Aircraft and Cars keep their label
 hierarchies (`hf_vrl.data.fine_grained`: label the family / make, fine_label the 100 variants / 196 models the
 probe and retrieval score), so the granularity metrics are measured there too. Both splits are counted against
 the official numbers before the first run; a partial copy is refused, or trained on with --allow-partial and
-marked. Descriptions come from `python -m hf_vrl.methods.clue.describe` (a .json keyed by the dataset's `key`
-column); the datasets' captions are class-name templates, i.e. the label, and are never used. Table 3 trains
-#4's objective (global and part terms) with K = 2, 3, 4, 8. Other options (`--max-steps 2`, `--batch-size 8`,
-`--backbone ...`, ...) go to every run and are printed in the header. Each rung is a run that resumes, and a
-finished one is read back. On the embedded toy data no paper number is printed.
+marked. Without --data-root, CUB-200 is read from its Hub copy (efekankavalci/CUB_200_2011: both official
+splits, the 200 species the probe and retrieval score; online from the Hub, offline from the local Hub cache).
+Cars and Aircraft need --data-root: their Hub mirrors (clip_benchmark's) hold the test split alone, without a
+training split to train and probe on. Descriptions come from `python -m hf_vrl.methods.clue.describe` (a .json
+keyed by the dataset's `key` column); the datasets' captions are class-name templates, i.e. the label, and are
+never used. Table 3 trains #4's objective (global and part terms) with K = 2, 3, 4, 8. Other options
+(`--max-steps 2`, `--batch-size 8`, `--backbone ...`, ...) go to every run and are printed in the header. Each
+rung is a run that resumes, and a finished one is read back. On the embedded toy data no paper number is
+printed.
 """
 
 from __future__ import annotations
@@ -36,7 +41,14 @@ from hf_vrl.errors import UserError
 from hf_vrl.evaluation import text_table
 from hf_vrl.methods.clue.miniature import run_ladder
 from hf_vrl.methods.clue.paper import DATASETS, PAPER_TABLES, TABLE_ROWS
-from hf_vrl.paper_eval import PARTIAL, data_help, main_with_user_errors, ran_header
+from hf_vrl.paper_eval import (
+    PARTIAL,
+    data_help,
+    hub_mirror,
+    main_with_user_errors,
+    mirror_notes,
+    ran_header,
+)
 
 PREFIXES = {"CUB200": "cub", "Cars": "cars", "Aircraft": "aircraft"}  # the registry's hierarchy names
 # the publishers' folder names, read where <data-root>/<key>/ is absent
@@ -48,12 +60,15 @@ MEASURED = {
 }
 
 
-def data_spec(root: str, dataset: str) -> str:
+def data_spec(root: str | None, dataset: str) -> str:
     """The registry name of `dataset` under `root` ("shapes" for the embedded data): `<root>/<key>/`, else the
-    publisher's folder name under `root`."""
+    publisher's folder name under `root`; `root` None: its Hub mirror holding both splits, where it has one
+    (`hf_vrl.paper_eval.hub_mirror`)."""
     if root == "embedded":
         return "shapes"
     key = PREFIXES[dataset]
+    if root is None:
+        return _hub_spec(dataset, key)
     folder = next(
         (f for f in (Path(root).expanduser() / n for n in (key, FOLDERS[dataset])) if f.is_dir()),
         None,
@@ -63,6 +78,19 @@ def data_spec(root: str, dataset: str) -> str:
             f"{Path(root) / key} is missing: put {dataset} there (or in {root}/{FOLDERS[dataset]}/)"
         )
     return f"{key}:{folder}"
+
+
+def _hub_spec(dataset: str, key: str) -> str:
+    mirrors = {split: hub_mirror(key, split) for split in ("train", "test")}
+    if mirrors["train"] is None or mirrors["train"] != mirrors["test"]:
+        held = "it has no Hub mirror"
+        if mirrors["test"]:
+            held = f"its Hub mirror {mirrors['test'].removeprefix('hf:')} holds the test split alone"
+        raise UserError(
+            f"CLUE's {dataset} column trains and probes on {dataset}'s train split and {held}: pass "
+            f"--data-root DIR (with {key}/ in it)"
+        )
+    return f"{key}:{mirrors['train']}"
 
 
 def _value(text: str) -> Any:
@@ -123,12 +151,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog=data_help(
             ["cub", "cars", "aircraft"],
             "--data-root DIR holds cub/, cars/ and aircraft/ (or CUB_200_2011/, stanford_cars/,"
-            " fgvc-aircraft-2013b/), each as published:",
+            " fgvc-aircraft-2013b/), each as published (without it CUB is read from its Hub copy; cars and"
+            " aircraft need --data-root, their Hub mirrors hold no train split):",
             only=("cub", "cars-devkit", "cars-folders", "fgvc-aircraft"),
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--data-root", required=True, help="folder of the datasets, or 'embedded'")
+    parser.add_argument(
+        "--data-root",
+        help="folder of the datasets, or 'embedded'; default: CUB's Hub copy (Cars and Aircraft need it)",
+    )
     parser.add_argument("--table", type=int, choices=sorted(PAPER_TABLES), required=True)
     parser.add_argument("--dataset", choices=DATASETS, default="CUB200", help="the paper's column")
     parser.add_argument("--descriptions", help="descriptions .json (describe.py); needed on real data")
@@ -177,6 +209,8 @@ def run(argv: list[str] | None = None) -> int:
     print(comparison(args.table, args.dataset, ladder, paper=not embedded, mark=PARTIAL if partial else ""))
     for line in partial:
         print(f"{PARTIAL} {args.dataset} {line} (not the paper's set)")
+    for note in mirror_notes({f"{args.dataset}/{split}": record for split, record in counts.items()}):
+        print(note)
     return 0
 
 

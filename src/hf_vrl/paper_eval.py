@@ -54,6 +54,8 @@ __all__ = [
     "add_model_and_data_arguments",
     "data_help",
     "few_shot_episodes",
+    "hub_mirror",
+    "mirror_notes",
     "llava_table",
     "llava_table_command",
     "lmms_columns",
@@ -143,21 +145,37 @@ def _source(key: str, data_root: str | Path | None, sources: Mapping[str, str]) 
     return str(folder), None
 
 
-def _hub_mirror(key: str) -> str:
-    """`hf:<repo>` of benchmark `key`'s Hub mirror, read when neither --data-root nor --source names it
-    (clip_benchmark's where there is one; online from the Hub, offline from the local Hub cache)."""
+_SHARD_LAYOUTS = ("timm-wds", "webdataset")  # read without a gated login (ILSVRC/imagenet-1k asks for one)
+
+
+def hub_mirror(key: str, split: str | None = None) -> str | None:
+    """`hf:<repo>` of benchmark `key`'s Hub mirror that holds `split` (any split when None): clip_benchmark's
+    first, then shard mirrors (timm's ImageNet), then the others; None when none does (the set needs
+    --data-root). A training corpus's mirror (CC3M's shards) streams through the registry."""
     from hf_vrl.data.benchmarks import BENCHMARKS, CLIP_BENCHMARK_LAYOUT
 
     benchmark = BENCHMARKS[key]
-    mirror = benchmark.mirror(CLIP_BENCHMARK_LAYOUT) or next(
-        (m for m in benchmark.mirrors if m.layout in benchmark.layouts), None
-    )
+    official = benchmark.split(split) if split is not None else None
+    found = [
+        m
+        for m in benchmark.mirrors
+        if (m.layout in benchmark.layouts or benchmark.task == "image-text")
+        and (official is None or m.split(official) in m.splits)
+    ]
+    found.sort(key=lambda m: (m.layout != CLIP_BENCHMARK_LAYOUT, m.layout not in _SHARD_LAYOUTS))
+    return f"hf:{found[0].repo_id}" if found else None
+
+
+def _hub_mirror(key: str) -> str:
+    """`hf:<repo>` of benchmark `key`'s Hub mirror, read when neither --data-root nor --source names it
+    (`hub_mirror`; online from the Hub, offline from the local Hub cache)."""
+    mirror = hub_mirror(key)
     if mirror is None:
         raise UserError(
             f"no data for {key} (it has no Hub mirror): pass --data-root DIR (with {key}/ in it) or "
             f"--source {key}=PATH"
         )
-    return f"hf:{mirror.repo_id}"
+    return mirror
 
 
 @dataclass
@@ -233,11 +251,18 @@ class TableData:
             for name, record in self.counts.items()
             if not record["complete"]
         ]
-        for name, record in self.counts.items():
-            if record.get("source"):
-                differs = f"; where it differs: {record['differs']}" if record.get("differs") else ""
-                lines.append(f"{name}: scored on the Hub mirror {record['source']}{differs}")
-        return lines
+        return lines + mirror_notes(self.counts)
+
+
+def mirror_notes(counts: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """One line per set of `counts` ({set: counts record}) scored on a Hub mirror: which, and where it differs
+    from the paper's protocol."""
+    lines = []
+    for name, record in counts.items():
+        if record and record.get("source"):
+            differs = f"; where it differs: {record['differs']}" if record.get("differs") else ""
+            lines.append(f"{name}: scored on the Hub mirror {record['source']}{differs}")
+    return lines
 
 
 class LazyModels(Mapping):

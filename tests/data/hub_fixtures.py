@@ -16,6 +16,7 @@ import json
 import tarfile
 from pathlib import Path
 
+import datasets
 import pytest
 from huggingface_hub import constants
 from PIL import Image
@@ -124,3 +125,17 @@ def write_files(folder: Path, files: dict[str, bytes]) -> Path:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
     return folder
+
+
+def cub_copy_files(train_labels: list[int], test_labels: list[int]) -> dict[str, bytes]:
+    """efekankavalci/CUB_200_2011's files: data/{train,test}-00000-of-00001.parquet (an image and a ClassLabel
+    of the publisher's 200 class folders, `NNN.Name`) and a README."""
+    names = [f"{i:03d}.Bird_{i}" for i in range(1, 201)]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
+    files = {"README.md": b"# CUB-200-2011\n"}
+    for split, labels in (("train", train_labels), ("test", test_labels)):
+        rows = {"image": [Image.new("RGB", (12, 10), (i * 40, 20, 20)) for i in range(len(labels))]}
+        buffer = io.BytesIO()
+        datasets.Dataset.from_dict(rows | {"label": labels}, features=features).to_parquet(buffer)
+        files[f"data/{split}-00000-of-00001.parquet"] = buffer.getvalue()
+    return files

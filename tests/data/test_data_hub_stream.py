@@ -127,7 +127,10 @@ def test_a_parquet_repo_streams_through_datasets_from_the_cache(hub_cache):
     files = {"data/train-00000-of-00001.parquet": buffer.getvalue(), "data/test-00000-of-00001.parquet": b""}
     hub_cache_repo(hub_cache, "someone/pairs", files)
     data = load_dataset_by_name("hf:someone/pairs", "train", streaming=True)
-    assert isinstance(data, IterableDataset) and not is_streamed("hf:someone/pairs")  # map-style in a run
+    assert isinstance(data, IterableDataset) and is_streamed("hf:someone/pairs", True)
+    # a run's own way (streaming=None) streams it; map-style (DiVE's, CLUE's labelled sets) when asked
+    assert isinstance(load_dataset_by_name("hf:someone/pairs", "train", streaming=None), IterableDataset)
+    assert is_streamed("hf:someone/pairs", None) and not is_streamed("hf:someone/pairs")
     rows = list(data)
     assert [row["caption"] for row in rows] == ["one", "two", "three"] and rows[0]["image"].size == (48, 40)
 

@@ -247,6 +247,16 @@ def tiny_clip_folder(out: Path) -> Path:
     return out
 
 
+def hub_fixtures():
+    """tests/data/hub_fixtures.py as a module: local Hub-cache copies of dataset repos, read offline."""
+    spec = importlib.util.spec_from_file_location(
+        "hub_fixtures", Path(__file__).parents[1] / "data/hub_fixtures.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def llava_eval_builders():
     """tests/integrations/test_llava_eval.py as a module: its tiny yes/no LLaVA (yes_no_llava), rows, hand
     count and local lmms-eval task (local_task)."""

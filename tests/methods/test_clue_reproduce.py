@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_vrl.errors import UserError
 from hf_vrl.methods.clue.miniature import RUNGS
 from hf_vrl.methods.clue.paper import PAPER_TABLES, TABLE_ROWS
 
@@ -153,3 +154,29 @@ def test_help_lists_the_layouts(capsys):
     text = capsys.readouterr().out
     assert "cars: Stanford Cars as published: cars_train/, cars_test/, devkit/cars_meta.mat" in text
     assert "aircraft: the FGVC-Aircraft archive" in text and "cub: CUB_200_2011/" in text
+
+
+def test_without_a_data_root_cub_is_read_from_its_hub_copy(tmp_path, monkeypatch, capsys):
+    """CUB-200 from efekankavalci/CUB_200_2011 (both splits, the 200 species), counted before any run; Cars
+    and Aircraft, whose mirrors hold no train split, need --data-root in one line."""
+    from reproduce_helpers import hub_fixtures
+
+    example = _example()
+    assert example.data_spec(None, "CUB200") == "cub:hf:efekankavalci/CUB_200_2011"
+    for dataset, mirror in (("Cars", "wds_cars"), ("Aircraft", "wds_fgvc_aircraft")):
+        with pytest.raises(UserError) as raised:
+            example.data_spec(None, dataset)
+        message = str(raised.value)
+        assert "\n" not in message and f"clip-benchmark/{mirror} holds the test split alone" in message
+        assert "pass --data-root DIR" in message
+    hub = hub_fixtures()
+    cache = hub.offline_hub_cache(tmp_path, monkeypatch)
+    hub.hub_cache_repo(cache, "efekankavalci/CUB_200_2011", hub.cub_copy_files([0, 1, 1], [1, 0]))
+    monkeypatch.chdir(tmp_path)
+    assert example.main(["--table", "2", "--descriptions", __file__]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cub:hf:efekankavalci/CUB_200_2011" in err, err
+    assert "3 of 5,994 images" in err and "--allow-partial" in err
+    counts = example.check_data("cub:hf:efekankavalci/CUB_200_2011", allow_partial=True)
+    assert counts["test"]["described"] == "2 of 5,794 images, 2 of 200 classes"
+    assert not (tmp_path / "runs").exists()

@@ -201,3 +201,42 @@ def test_reproduce_table_4_with_the_cross_entropy_baselines(tmp_path, capsys):
     report = json.loads((tmp_path / "embedded/seed0/lp_ft/report.json").read_text())
     assert set(report["train"]["stages"]) == {"linear_probe", "train"}
     assert {"top1", "macro_f1"} <= set(report["after"]["zero_shot"])
+
+
+def test_without_a_data_root_each_set_is_read_from_its_hub_mirror(tmp_path, monkeypatch, capsys):
+    """Nothing on disk: ImageNet trains from timm's shards, its evaluation sets and the transfer sets come
+    from clip_benchmark's mirrors, CC3M from pixparse's; UCF-101 (no mirror) is left out and named; Table 4
+    (WILDS) needs --data-root in one line. The cache's repos are read in order before any run."""
+    from reproduce_helpers import hub_fixtures
+
+    module = example()
+    (name, options, cells), *_ = module.targets(3, None)
+    config = parse_run_args(DiVERunConfig, [*options, "--objective", "dive"]).config
+    assert config.data.dataset == "imagenet:hf:timm/imagenet-1k-wds"
+    assert config.eval.eval_dataset == "imagenet:hf:clip-benchmark/wds_imagenet1k"
+    assert config.dive.reference_dataset == ["cc3m:hf:pixparse/cc3m-wds"]
+    assert "imagenet-r:hf:clip-benchmark/wds_imagenet-r" in config.dive.ood_datasets
+    zero_shot = config.dive.zero_shot_datasets
+    assert len(zero_shot) == 9 and "stanford_cars:hf:clip-benchmark/wds_cars" in zero_shot
+    assert "UCF" not in cells and module.without_mirror(3, None) == ["UCF (ucf101)"]
+    assert module.without_mirror(3, tmp_path) == [] and module.without_mirror(2, None) == []
+    hub = hub_fixtures()
+    cache = hub.offline_hub_cache(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    for repo, files in (
+        ("pixparse/cc3m-wds", hub.cc3m_wds_files([4], [2])),
+        ("timm/imagenet-1k-wds", hub.imagenet_wds_files([4], [2])),
+        ("clip-benchmark/wds_vtab-caltech101", None),  # the first evaluation set: not in the cache
+    ):
+        assert module.main(["--table", "3"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{repo} is not in the local Hub cache" in err, err
+        if files is not None:
+            hub.hub_cache_repo(cache, repo, files)
+    assert module.main(["--table", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no Hub mirror: pass --data-root DIR" in err
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    assert "ucf101, iwildcam and fmow have none and need --data-root" in capsys.readouterr().out

@@ -83,7 +83,7 @@ def load_caption_copy(root: Path | str, split: str, benchmark: Benchmark) -> Dat
     """A `datasets` copy with an image column and a caption column (a list of strings per image)."""
     import datasets
 
-    dataset = load_datasets_copy(str(root), split)
+    dataset = load_datasets_copy(str(root), split=split)
     image = next((c for c, f in dataset.features.items() if isinstance(f, datasets.Image)), None)
     caption = next((c for c in CAPTION_COLUMNS if c in dataset.column_names), None)
     if image is None or caption is None:

@@ -8,6 +8,11 @@ cache (`snapshot_download(..., local_files_only=True)`): the files a snapshot ho
 downloaded in part are only those. When neither has the repo, a one-line `UserError` says so; no connection
 or cache error reaches the user raw.
 
+A run reads every Hub dataset at the commit it recorded (`pinned_commits`): inside that context each
+repo's revision resolves once to a commit, every later read of the repo (its listing, its files, `datasets`'
+copy) reads that commit, and a resume entered with the recorded commits reads them again however far the
+branch moved since (offline: the cache's snapshot of that commit; a commit neither has is one line).
+
 Spellings (`parse_hub_spec`): `hf:<org>/<name>`, `hf:<org>/<name>@<revision>`, `hf:<org>/<name>/<path or
 glob>`, `hf://datasets/<org>/<name>[@<revision>]/<path or glob>` (HfFileSystem's URL; a revision holding a
 slash is written URL-encoded there, `refs%2Fconvert%2Fparquet`).
@@ -15,8 +20,12 @@ slash is written URL-encoded there, `refs%2Fconvert%2Fparquet`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fnmatch
 import os
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -50,11 +59,15 @@ __all__ = [
     "local_snapshot",
     "matching_files",
     "parse_hub_spec",
+    "pinned_commits",
 ]
 
 HF_PREFIX = "hf:"
 HF_URL_PREFIX = "hf://datasets/"
 _TRUE = ("1", "ON", "YES", "TRUE")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# {repo_id or repo_id@revision: commit} of the run being read (`pinned_commits`); None outside a run
+_PINS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("hf_vrl_hub_pins", default=None)
 _OFFLINE_HINT = "run once online (or huggingface-cli download {repo} --repo-type dataset) to fill the cache"
 
 
@@ -145,10 +158,7 @@ def _cached_snapshot(repo_id: str, revision: str | None) -> tuple[str, list[str]
     return folder.name, sorted(files)
 
 
-def dataset_snapshot(repo_id: str, revision: str | None = None) -> tuple[str, list[str]]:
-    """(commit, files) of dataset repo `repo_id` at `revision` (default branch when None): from the Hub
-    online (`HfApi.dataset_info`), else from the local Hub cache; a one-line UserError when neither has it.
-    Reading files at that commit keeps a run on one version of the repo."""
+def _snapshot(repo_id: str, revision: str | None) -> tuple[str, list[str]]:
     error: BaseException | None = None
     if not is_offline():
         try:
@@ -164,6 +174,61 @@ def dataset_snapshot(repo_id: str, revision: str | None = None) -> tuple[str, li
         raise _not_reachable(repo_id, revision, error or missing) from None
 
 
+@contextlib.contextmanager
+def pinned_commits(recorded: Mapping[str, str] | None = None) -> Iterator[dict[str, str]]:
+    """Inside: each Hub dataset's revision resolves to a commit once and is read at it after (`recorded`,
+    {repo_id[@revision]: commit} as an earlier run of the same data yielded, is read as it was). Yields the
+    commits read so far, which a run records (`hf_vrl.run.runner`)."""
+    pins = dict(recorded or {})
+    token = _PINS.set(pins)
+    try:
+        yield pins
+    finally:
+        _PINS.reset(token)
+
+
+def _pin_key(repo_id: str, revision: str | None) -> str:
+    return f"{repo_id}@{revision}" if revision else repo_id
+
+
+def _pinned(repo_id: str, revision: str | None) -> str | None:
+    """The commit a revision of `repo_id` is read at in this run (None: none yet, or outside a run)."""
+    pins = _PINS.get()
+    return None if pins is None else pins.get(_pin_key(repo_id, revision))
+
+
+def _pin(repo_id: str, revision: str | None, commit: str) -> None:
+    """Record that this run reads `revision` of `repo_id` at `commit` (a revision that is a commit itself,
+    as shard URLs name it, needs no record)."""
+    pins = _PINS.get()
+    if pins is not None and not (revision and _COMMIT.match(revision)):
+        pins.setdefault(_pin_key(repo_id, revision), commit)
+
+
+def _commit_gone(repo_id: str, commit: str) -> UserError:
+    where = "the local Hub cache" if is_offline() else "the Hub nor the local Hub cache"
+    return UserError(
+        f"this run read dataset {repo_id} at commit {commit} (its config.json's hub_commits), which neither "
+        f"{where} holds now: restore that snapshot to the cache, or start a new run in another --output-dir"
+    )
+
+
+def dataset_snapshot(repo_id: str, revision: str | None = None) -> tuple[str, list[str]]:
+    """(commit, files) of dataset repo `repo_id` at `revision` (default branch when None): from the Hub
+    online (`HfApi.dataset_info`), else from the local Hub cache; a one-line UserError when neither has it.
+    Reading files at that commit keeps a run on one version of the repo; inside `pinned_commits` the
+    commit the run read before is read again."""
+    pinned = _pinned(repo_id, revision)
+    try:
+        commit, files = _snapshot(repo_id, pinned or revision)
+    except UserError:
+        if pinned is None:
+            raise
+        raise _commit_gone(repo_id, pinned) from None
+    _pin(repo_id, revision, commit)
+    return commit, files
+
+
 def dataset_repo_files(repo_id: str, revision: str | None = None) -> list[str]:
     """The files of dataset repo `repo_id` (paths inside the repo, sorted): from the Hub online, else from
     the local Hub cache; a one-line UserError when neither has it."""
@@ -172,23 +237,38 @@ def dataset_repo_files(repo_id: str, revision: str | None = None) -> list[str]:
 
 def dataset_file(repo_id: str, filename: str, revision: str | None = None) -> Path:
     """The local path of one file of dataset repo `repo_id`: downloaded into the Hub cache online (once),
-    from the cache offline; a one-line UserError when neither has it."""
+    from the cache offline; a one-line UserError when neither has it. Inside `pinned_commits`, the file
+    of the commit the run reads."""
+    pinned = _pinned(repo_id, revision)
     try:
-        return Path(
+        path = Path(
             hf_hub_download(
-                repo_id, filename, repo_type="dataset", revision=revision, local_files_only=is_offline()
+                repo_id,
+                filename,
+                repo_type="dataset",
+                revision=pinned or revision,
+                local_files_only=is_offline(),
             )
         )
     except RemoteEntryNotFoundError as error:
         raise UserError(f"dataset {repo_id} has no file {filename!r}") from error
     except (LocalEntryNotFoundError, *_REMOTE_ERRORS, HFValidationError) as error:
-        if isinstance(error, LocalEntryNotFoundError) and _in_cache(repo_id, revision):
+        if isinstance(error, LocalEntryNotFoundError) and _in_cache(repo_id, pinned or revision):
             raise UserError(
                 f"the local Hub cache holds dataset {repo_id} but not its file {filename!r}, and the Hub is "
                 f"{'offline (HF_HUB_OFFLINE=1)' if is_offline() else 'unreachable'}: "
                 f"{_OFFLINE_HINT.format(repo=repo_id)}"
             ) from None
-        raise _not_reachable(repo_id, revision, error) from None
+        raise (
+            _commit_gone(repo_id, pinned) if pinned else _not_reachable(repo_id, revision, error)
+        ) from None
+    _pin(repo_id, revision, _snapshot_commit(path, filename))
+    return path
+
+
+def _snapshot_commit(path: Path, filename: str) -> str:
+    """The commit of a file's snapshot folder (`.../snapshots/<commit>/<filename>`)."""
+    return path.parents[len(Path(filename).parts) - 1].name
 
 
 def _in_cache(repo_id: str, revision: str | None) -> bool:
@@ -208,11 +288,21 @@ def file_url(repo_id: str, filename: str, revision: str | None = None) -> str:
 
 def local_snapshot(repo_id: str, revision: str | None = None) -> Path:
     """The folder of the repo's snapshot in the local Hub cache (what it holds; nothing is downloaded); a
-    one-line UserError when the cache has none."""
+    one-line UserError when the cache has none. Inside `pinned_commits`, the snapshot of the commit the run
+    reads."""
+    pinned = _pinned(repo_id, revision)
     try:
-        return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, local_files_only=True))
+        folder = Path(
+            snapshot_download(
+                repo_id, repo_type="dataset", revision=pinned or revision, local_files_only=True
+            )
+        )
     except (LocalEntryNotFoundError, HFValidationError) as error:
-        raise _not_reachable(repo_id, revision, error) from None
+        raise (
+            _commit_gone(repo_id, pinned) if pinned else _not_reachable(repo_id, revision, error)
+        ) from None
+    _pin(repo_id, revision, folder.name)
+    return folder
 
 
 def matching_files(spec: HubSpec, files: list[str]) -> list[str]:

@@ -106,7 +106,7 @@ def _load_hf(root: Path | str, split: str, benchmark: Benchmark) -> Dataset:
     last: Exception | None = None
     for name in candidates:  # a copy names the split by one of its names ("validation", "test", ...)
         try:
-            raw = load_datasets_copy(str(_datasets_source(root)), name)
+            raw = load_datasets_copy(*_datasets_source(root), split=name)
             break
         except (ValueError, KeyError, UserError) as error:
             last = error
@@ -127,12 +127,16 @@ def _load_hf(root: Path | str, split: str, benchmark: Benchmark) -> Dataset:
     return relabel(dataset, benchmark, feature.names).with_transform(DecodeTransform("image"))
 
 
-def _datasets_source(root: Path | str) -> Path | str:
-    """Where `datasets` reads a copy from: a Hub id online, its local Hub-cache snapshot offline."""
-    if isinstance(root, str) and is_hub_spec(f"hf:{root}") and hub.is_offline():
-        spec = hub.parse_hub_spec(f"hf:{root}")
-        return hub.local_snapshot(spec.repo_id, spec.revision)
-    return root
+def _datasets_source(root: Path | str) -> tuple[str, str | None]:
+    """(where, revision) `datasets` reads a copy from: a Hub id at the run's commit online
+    (`hub.pinned_commits`), its local Hub-cache snapshot of that commit offline; a folder as it is."""
+    if not (isinstance(root, str) and is_hub_spec(f"hf:{root}")):
+        return str(root), None
+    spec = hub.parse_hub_spec(f"hf:{root}")
+    commit = hub.dataset_snapshot(spec.repo_id, spec.revision)[0]
+    if hub.is_offline():
+        return str(hub.local_snapshot(spec.repo_id, commit)), None
+    return (spec.repo_id, commit) if not spec.path else (root, None)
 
 
 # -- the registry of layouts ------------------------------------------------------------------------------

@@ -254,8 +254,8 @@ def find_datasets_copy(root: Path) -> Path | None:
     return root if root.is_dir() and next(root.rglob("*.parquet"), None) is not None else None
 
 
-def load_datasets_copy(target: str, split: str) -> Dataset:
-    """A `datasets` copy: a save_to_disk folder, parquet files under a folder, or a Hub id."""
+def load_datasets_copy(target: str, revision: str | None = None, *, split: str) -> Dataset:
+    """A `datasets` copy: a save_to_disk folder, parquet files under a folder, or a Hub id (at `revision`)."""
     path = Path(target)
     if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
         loaded = datasets.load_from_disk(target)
@@ -264,7 +264,7 @@ def load_datasets_copy(target: str, split: str) -> Dataset:
                 raise UserError(f"{target} has no split {split!r}; it has {', '.join(loaded)}")
             return loaded[split]
         return loaded
-    return datasets.load_dataset(target, split=split)
+    return datasets.load_dataset(target, split=split, revision=revision)
 
 
 # -- webdataset shards read in place -------------------------------------------------------------------

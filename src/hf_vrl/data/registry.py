@@ -12,8 +12,10 @@ published layout, `layouts.py`; "cc3m:<img2dataset folder>" streams its shards),
 beside `test/`, and a glob the files it names), "imagefolder:<dir>",
 "hf:<name or path>": a Hub dataset id (`hf:<org>/<name>[@<revision>][/<path or glob>]`, or
 `hf://datasets/<org>/<name>/...`, `hf_vrl.data.hub`) streams its webdataset shards shard by shard (the split
-chosen by the repo's own file and folder names); other repos (parquet, image folders) are read by `datasets`
-(streamed with streaming=True); online from the Hub, offline from the local Hub cache. Shard URLs (`hf://...`,
+chosen by the repo's own file and folder names); other repos (parquet, image folders) are read by `datasets`,
+streamed unless streaming=False asks for map-style (a run's training data streams for the methods that take
+streams; DiVE's and CLUE's labelled sets load map-style: `RunConfig.map_style_data`); online from the Hub,
+offline from the local Hub cache. Shard URLs (`hf://...`,
 `https://huggingface.co/.../resolve/...`, `pipe:<command>`) are read as webdataset shards.
 A bare path is recognised: a .tar/.parquet/.csv/.tsv file or glob, a folder holding a
 benchmark's annotated layout (read as that benchmark, `hf_vrl.data.layouts.published_benchmark`: CUB, WILDS'
@@ -107,22 +109,24 @@ def _hub_target(prefix: str, target: str) -> str | None:
     return None
 
 
-def _load_hub(target: str, split: str, streaming: bool, options: dict[str, Any], **common: Any) -> Any:
+def _load_hub(target: str, split: str, streaming: bool | None, options: dict[str, Any], **common: Any) -> Any:
     """A Hub dataset: its webdataset shards streamed (`webdataset.hub_shards`), else (a parquet or image
-    repo) read by `datasets`, streamed when `streaming` (else map-style, as a labelled set DiVE fine-tunes on
-    needs), from the Hub online, from the local Hub cache's snapshot offline."""
+    repo) read by `datasets`, streamed unless `streaming` is False (map-style, as a labelled set DiVE
+    fine-tunes on needs), from the Hub online, from the local Hub cache's snapshot offline."""
     spec = hub.parse_hub_spec(target)
     shards = webdataset.hub_shards(spec, split)
     if shards:
         return _stream(shards, **common, **options)
     columns = {key.removesuffix("_column"): options[key] for key in COLUMN_OPTIONS if options.get(key)}
-    source, extra = spec.repo_id, {"revision": spec.revision} if spec.revision else {}
+    commit = hub.dataset_snapshot(spec.repo_id, spec.revision)[0]  # the run's commit (`pinned_commits`)
+    source, extra = spec.repo_id, {"revision": commit}
     if hub.is_offline():
-        source, extra = str(hub.local_snapshot(spec.repo_id, spec.revision)), {}
+        source, extra = str(hub.local_snapshot(spec.repo_id, commit)), {}
     if spec.path:
         extra["data_dir"] = spec.path
+    streams = streaming is not False
     return generic.load_hf_dataset(
-        source, split, columns=columns or None, streaming=streaming, **common, **extra
+        source, split, columns=columns or None, streaming=streams, **common, **extra
     )
 
 
@@ -191,7 +195,7 @@ def load_dataset_by_name(
     name: str,
     split: str = "train",
     *,
-    streaming: bool = False,
+    streaming: bool | None = False,
     limit: int | None = None,
     seed: int = 0,
     image_size: int | None = None,
@@ -201,7 +205,9 @@ def load_dataset_by_name(
 ) -> Dataset | IterableDataset:
     """Load a contract dataset by name (see the module docstring). `image_size` resizes the generated and
     offline sets (others keep their size: the model's processor resizes); `limit` caps the number of rows
-    (a seeded random subset, or the first rows of a stream); extra kwargs go to the loader.
+    (a seeded random subset, or the first rows of a stream); extra kwargs go to the loader. `streaming`:
+    True streams every source that can, False loads map-style every source that can (webdataset shards and
+    tables always stream), None each source's own way (a Hub repo streams, whatever its files).
 
     `sample_filter` collects the skipped samples of the sources that can hold bad ones (files on disk; the
     generated and offline sets have none); `stream_options` go to the streamed sources only
@@ -210,6 +216,9 @@ def load_dataset_by_name(
     if name in NAMED:
         ds = NAMED[name](split, limit=limit, seed=seed, image_size=image_size, **kwargs)
         return ds.to_iterable_dataset() if streaming else ds
+    on_hub = _hub_target(*parse_name(name))
+    if on_hub is None:
+        streaming = bool(streaming)  # a local source's own way is map-style
     prefix, target = parse_name(name)
     mirror = mirror_source(name) if prefix in ("", "hf", "webdataset") else None
     if mirror is not None:  # clip_benchmark's layout: its own classes, templates and captions
@@ -217,7 +226,6 @@ def load_dataset_by_name(
     common: dict[str, Any] = {"limit": limit, "seed": seed}
     if sample_filter is not None:
         common["sample_filter"] = sample_filter
-    on_hub = _hub_target(prefix, target)
     if on_hub is not None:
         return _load_hub(on_hub, split, streaming, {**(stream_options or {}), **kwargs}, **common)
     target = os.path.expanduser(target)
@@ -246,15 +254,18 @@ def load_dataset_by_name(
     return generic.load_hf_dataset(target, split, streaming=streaming, **common, **kwargs)
 
 
-def is_streamed(name: str) -> bool:
-    """Whether `name` loads as a stream (image-text shards and tables), from the name alone (no data read)."""
+def is_streamed(name: str, streaming: bool | None = False) -> bool:
+    """Whether `load_dataset_by_name(name, streaming=streaming)` loads a stream (image-text shards and
+    tables; a Hub repo unless `streaming` is False), from the name alone (no data read)."""
     if name in NAMED:
-        return False
+        return bool(streaming)
     prefix, target = parse_name(name)
     on_hub = _hub_target(prefix, target)
     if on_hub is not None:  # a webdataset repo streams; its files are listed (from the cache offline)
         try:
-            return bool(webdataset.hub_shards(hub.parse_hub_spec(on_hub), None))
+            if prefix in ("", "hf", "webdataset") and mirror_source(name) is not None:
+                return False  # clip_benchmark's layout: read map-style, with its classes
+            return streaming is not False or bool(webdataset.hub_shards(hub.parse_hub_spec(on_hub), None))
         except UserError:
             return True  # unreachable: check_dataset_name says so before anything is written
     target = os.path.expanduser(target)

@@ -8,7 +8,9 @@ and captions.
   once into the Hub cache, `hf_vrl.data.hub`; offline from it), another `http(s)://` URL (streamed), or
   `pipe:<command>` (the command's standard output, as webdataset reads it). A member larger than
   `MAX_MEMBER_BYTES` (64 MiB; `max_member_bytes=`) is skipped and counted ("oversized_member") without being
-  read, so a sparse or decompression-bomb member never fills memory.
+  read, so a sparse or decompression-bomb member never fills memory. A Hub shard that cannot be fetched
+  (the network drops mid-run, the cache lacks it offline) is tried `FETCH_TRIES` times, then skipped and
+  counted ("unfetchable_shard") with one logged line naming it, as a truncated shard is.
 - Tables (`.parquet`, `.csv`, `.tsv`): one row per sample, an image column holding a path (relative to the
   table's folder unless absolute), image bytes, or a datasets `{"bytes", "path"}` struct, and a caption column
   (auto-detected from common names, or given).
@@ -36,10 +38,12 @@ import csv
 import glob
 import itertools
 import json
+import logging
 import os
 import re
 import subprocess
 import tarfile
+import time
 import urllib.request
 import warnings
 import zlib
@@ -64,6 +68,9 @@ URL_PREFIXES = ("hf://", "http://", "https://", "pipe:")
 # a tar member above this is skipped unread (the largest web images are a few MB)
 MAX_MEMBER_BYTES = 64 * 2**20
 OVERSIZED_MEMBER = "oversized_member"
+UNFETCHABLE_SHARD = "unfetchable_shard"
+FETCH_TRIES = 3  # a Hub shard's fetch is tried this often, FETCH_BACKOFF_S * 2**try apart, then skipped
+FETCH_BACKOFF_S = 2.0
 CHECK_SAMPLES = 256  # raw samples read at most to find a trainable one before a run starts
 _HUB_RESOLVE = re.compile(r"^https://huggingface\.co/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 TABLE_EXTENSIONS = (".parquet", ".csv", ".tsv")
@@ -72,6 +79,7 @@ CAPTION_EXTENSIONS = ("txt", "caption", "text")
 IMAGE_COLUMNS = ("image", "image_path", "filepath", "file_name", "filename", "path", "img", "jpg")
 CAPTION_COLUMNS = ("caption", "text", "title", "txt", "sentence", "alt")
 _KEY_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext: key, extensions
+logger = logging.getLogger(__name__)
 
 
 def stream_features() -> Features:
@@ -220,11 +228,28 @@ def local_shard(spec: str) -> str | None:
     match = _HUB_RESOLVE.match(spec)
     if match is not None:
         repo, revision, filename = match.groups()
-        return str(hub.dataset_file(repo, filename, revision))
+        return _fetch(repo, filename, revision)
     if spec.startswith(hub.HF_URL_PREFIX):
         found = hub.parse_hub_spec(spec)
-        return str(hub.dataset_file(found.repo_id, found.path, found.revision))
+        return _fetch(found.repo_id, found.path, found.revision)
     return None if is_url(spec) else spec
+
+
+def _fetch(repo_id: str, filename: str, revision: str | None) -> str:
+    """A Hub file's local path, tried `FETCH_TRIES` times (a dropped connection mid-run may come back);
+    the last failure's one-line UserError after that."""
+    for attempt in range(FETCH_TRIES - 1):
+        try:
+            return str(hub.dataset_file(repo_id, filename, revision))
+        except UserError:
+            time.sleep(FETCH_BACKOFF_S * 2**attempt)
+    return str(hub.dataset_file(repo_id, filename, revision))
+
+
+def _unfetchable(spec: str, error: UserError, sample_filter: SampleFilter) -> None:
+    """Skip and count a shard that could not be fetched, with one line naming it."""
+    logger.warning("skipping shard %s: not fetched after %d tries (%s)", spec, FETCH_TRIES, error)
+    sample_filter.skip(UNFETCHABLE_SHARD, f"{spec}: {error}", spec)
 
 
 @contextlib.contextmanager
@@ -283,6 +308,9 @@ def iter_tar(
             end = tar.offset
         if path is not None and not _ends_cleanly(path, end):  # a cut inside a header reads as a clean end
             raise tarfile.ReadError(f"no end-of-archive marker after byte {end}: the shard is cut short")
+    except UserError as error:  # a Hub shard not fetched (its tries are spent)
+        _unfetchable(spec, error, sample_filter)
+        return
     except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
         sample_filter.skip(TRUNCATED_SHARD, f"{spec}: {error} (its incomplete last sample is dropped)", spec)
         return
@@ -355,13 +383,18 @@ def _table_file(spec: str) -> str:
 
 def iter_table(
     spec: str,
+    sample_filter: SampleFilter,
     image_column: str | None,
     caption_column: str | None,
     label_column: str | None,
     delimiter: str | None,
 ) -> Iterator[dict[str, Any]]:
-    """Raw samples of one parquet/CSV table."""
-    path = _table_file(spec)
+    """Raw samples of one parquet/CSV table (a Hub table that cannot be fetched is skipped and counted)."""
+    try:
+        path = _table_file(spec)
+    except UserError as error:
+        _unfetchable(spec, error, sample_filter)
+        return
     names = _table_columns(path, delimiter)
     image_col = _pick_column(names, image_column, IMAGE_COLUMNS, "image", spec)
     caption_col = _pick_column(names, caption_column, CAPTION_COLUMNS, "caption", spec)
@@ -388,7 +421,7 @@ def _generate(
 ) -> Iterator[dict[str, Any]]:
     for spec in shards:
         if spec.endswith(TABLE_EXTENSIONS):
-            yield from iter_table(spec, image_column, caption_column, label_column, delimiter)
+            yield from iter_table(spec, sample_filter, image_column, caption_column, label_column, delimiter)
         else:
             columns = (image_column, caption_column, label_column)
             yield from iter_tar(spec, sample_filter, max_member_bytes, columns)

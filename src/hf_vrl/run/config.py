@@ -47,6 +47,7 @@ __all__ = [
 PRESET_INFO_KEYS = ("method", "description", "notes")  # a preset's documentation, not settings
 LAUNCH = "launch"  # <run>/config.json's record of the launch that wrote it (processes, FSDP), not a setting
 DATA_FILES = "data_files"  # <run>/config.json's record of the local data it read (run.data.data_fingerprint)
+HUB_COMMITS = "hub_commits"  # <run>/config.json's record of the Hub commits it read (data.hub.pinned_commits)
 SHARED_SECTIONS = ("data", "optim", "eval", "output")
 
 # -- declaring settings ------------------------------------------------------------------------------------
@@ -135,7 +136,8 @@ def _streamed_data(config: RunConfig) -> bool:
     """Whether the training data streams (its order then follows the loader workers' count)."""
     from hf_vrl.data.registry import is_streamed
 
-    return config.data.dataset is not None and is_streamed(config.data.dataset)
+    streaming = False if config.map_style_data else None
+    return config.data.dataset is not None and is_streamed(config.data.dataset, streaming)
 
 
 # -- the shared sections -----------------------------------------------------------------------------------
@@ -310,6 +312,9 @@ class RunConfig:
 
     method: ClassVar[str] = ""
     preset: ClassVar[str] = ""  # the default preset of `hf-vrl train <method>`
+    # its training data is read map-style where the source allows (a Hub parquet or image repo; webdataset
+    # shards always stream): the labelled sets DiVE and CLUE index by sample; else such a repo streams
+    map_style_data: ClassVar[bool] = False
 
     model: Any = None
     data: DataConfig = field(default_factory=DataConfig)
@@ -683,6 +688,7 @@ def resolve(
     method = preset.pop("method", cls.method)
     preset.pop(LAUNCH, None)
     preset.pop(DATA_FILES, None)
+    preset.pop(HUB_COMMITS, None)
     for key in PRESET_INFO_KEYS:
         preset.pop(key, None)
     if method != cls.method:

@@ -216,7 +216,7 @@ class _Runner:
     def matches_print_config(self, name: str, config_file: Path, processes: int) -> bool:
         """Whether run `name`'s config.json (its configuration and launch) and logged batch layout are what
         `--print-config` shows for its command line on `processes` processes."""
-        from hf_vrl.run.config import DATA_FILES, LAUNCH
+        from hf_vrl.run.config import DATA_FILES, HUB_COMMITS, LAUNCH
         from hf_vrl.run.layout import Launch
         from hf_vrl.run.parser import parse_run_args
 
@@ -227,6 +227,7 @@ class _Runner:
         recorded = json.loads(ran.read_text()) if ran.is_file() else {}
         launch = recorded.pop(LAUNCH, None)
         recorded.pop(DATA_FILES, None)
+        recorded.pop(HUB_COMMITS, None)
         if launch != asdict(Launch(processes)) or recorded != json.loads(json.dumps(shown.to_dict())):
             return False
         plan = shown.batch_plan(processes)

@@ -611,14 +611,24 @@ class RunDir:
             return None
         return recorded if isinstance(recorded, dict) else None
 
-    def record_config(self, config: Any, launch: Launch, data: Mapping[str, Any] | None = None) -> None:
+    def record_config(
+        self,
+        config: Any,
+        launch: Launch,
+        data: Mapping[str, Any] | None = None,
+        hub_commits: Mapping[str, str] | None = None,
+    ) -> None:
         """Write config.json: the configuration, the launch that runs it (`Launch`, what a resume on another
-        launch is checked against) and `data`, the fingerprints of the local data it reads ({setting:
-        `hf_vrl.run.data.data_fingerprint`}, what a resume compares; none: nothing local)."""
-        from hf_vrl.run.config import DATA_FILES, LAUNCH
+        launch is checked against), `data`, the fingerprints of the local data it reads ({setting:
+        `hf_vrl.run.data.data_fingerprint`}, what a resume compares; none: nothing local) and `hub_commits`,
+        the commit of each Hub dataset it reads (`hf_vrl.data.hub.pinned_commits`, what a resume reads)."""
+        from hf_vrl.run.config import DATA_FILES, HUB_COMMITS, LAUNCH
 
         recorded = {**config.to_dict(), LAUNCH: dataclasses.asdict(launch)}
-        atomic_write_json(self.config_file, recorded | ({DATA_FILES: dict(data)} if data else {}))
+        recorded |= {DATA_FILES: dict(data)} if data else {}
+        atomic_write_json(
+            self.config_file, recorded | ({HUB_COMMITS: dict(hub_commits)} if hub_commits else {})
+        )
 
     def recorded_launch(self, recorded_config: dict[str, Any]) -> Launch | None:
         """The launch of the recorded run (`recorded_config`'s, as config.json holds it; for an earlier

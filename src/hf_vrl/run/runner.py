@@ -29,10 +29,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from hf_vrl.data.hub import pinned_commits
 from hf_vrl.errors import UserError
 from hf_vrl.hub.publish import portable_files
 from hf_vrl.run import fsdp, preflight
-from hf_vrl.run.config import RunConfig
+from hf_vrl.run.config import HUB_COMMITS, RunConfig
 from hf_vrl.run.data import (
     SeededDataset,
     SeededStream,
@@ -112,10 +113,12 @@ class Run:
                 filtered = {"sample_filter": self.sample_filter(f"{name} ({split})", image_size)}
             else:
                 stream_options["shuffle_buffer"], filtered = 0, {}
+            streams = training and not self.config.map_style_data  # a Hub table or image repo too
             try:
                 self._datasets[key] = load_dataset_by_name(
                     name,
                     split=split,
+                    streaming=None if streams else False,
                     limit=limit,
                     seed=self.config.seed,
                     image_size=image_size,
@@ -168,6 +171,8 @@ class Run:
     def train_record(self) -> dict[str, Any] | None:
         """The `data_record` of the training data as `train_data` loaded it (None before it is loaded): the
         set, split, the samples and how they were drawn."""
+        from datasets import IterableDataset
+
         from hf_vrl.eval_inputs import data_record
 
         data = self.config.data
@@ -181,6 +186,8 @@ class Run:
         record = data_record(
             data.dataset, data.split, loaded[0], limit=data.train_limit, seed=self.config.seed
         )
+        if isinstance(loaded[0], IterableDataset) and record.get("drawn") == "seeded subset":
+            record.update(drawn="stream start", seed=None)  # a Hub table streamed for this method
         if record.get("drawn") == "stream start" and data.shuffle_buffer:
             record.update(
                 drawn="shuffled stream start", shuffle_buffer=data.shuffle_buffer, seed=self.config.seed
@@ -507,22 +514,34 @@ def execute(method_class: type[Method], config: RunConfig, resume: str | None = 
         torch.backends.cudnn.benchmark = True  # the fast CUDA settings (TF32 comes with TrainingArguments)
     out = RunDir(Path(config.output.output_dir or f"runs/{method_class.name}"))
     run = Run(config=config, dir=out, resume=resume, rank=rank, world_size=world_size)
-    method = method_class(run)
-    stages = method.stages()
-    _check_resume_target(run, stages)
-    out.check_writable()
-    method.check()  # all that can be known before training, before anything is written
-    preflight.check_loggers(config.output.report_to)
-    preflight.check_push(config.output.push_to_hub, config.output.hub_model_id)
-    lock = _lock(out, state)  # one writer per folder, taken before the folder is read
-    try:
-        with handle_signals():
-            return _execute(method, run, stages, state, sharded)
-    finally:
-        if lock is not None:
-            lock.release()
-        if not run.skip_log.folder.is_relative_to(out.root):  # a run refused before its folder was its own
-            shutil.rmtree(run.skip_log.folder, ignore_errors=True)
+    with pinned_commits(_recorded_commits(out, resume)) as commits:  # a resume reads the commits it read
+        method = method_class(run)
+        stages = method.stages()
+        _check_resume_target(run, stages)
+        out.check_writable()
+        method.check()  # all that can be known before training, before anything is written
+        preflight.check_loggers(config.output.report_to)
+        preflight.check_push(config.output.push_to_hub, config.output.hub_model_id)
+        lock = _lock(out, state)  # one writer per folder, taken before the folder is read
+        try:
+            with handle_signals():
+                return _execute(method, run, stages, state, sharded, commits)
+        finally:
+            if lock is not None:
+                lock.release()
+            if not run.skip_log.folder.is_relative_to(
+                out.root
+            ):  # a run refused before its folder was its own
+                shutil.rmtree(run.skip_log.folder, ignore_errors=True)
+
+
+def _recorded_commits(out: RunDir, resume: str | None) -> dict[str, str]:
+    """The Hub commits the run in `out` read ({repo_id[@revision]: commit}, config.json's `hub_commits`),
+    which its resume reads again; none for a new run."""
+    recorded = (out.recorded_config() or {}).get(HUB_COMMITS) if resume is not None else None
+    if not isinstance(recorded, dict):
+        return {}
+    return {str(repo): str(commit) for repo, commit in recorded.items()}
 
 
 def _lock(out: RunDir, state: Any) -> RunLock | None:
@@ -542,7 +561,11 @@ def _lock(out: RunDir, state: Any) -> RunLock | None:
     return lock
 
 
-def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: bool) -> dict[str, Any]:
+def _execute(
+    method: Method, run: Run, stages: list[str], state: Any, sharded: bool, commits: Mapping[str, str]
+) -> dict[str, Any]:
+    """The run in its folder; `commits`: the Hub commits its data is read at (`pinned_commits`), recorded
+    in config.json and the report as they grow."""
     config, out, resume, method_class = run.config, run.dir, run.resume, type(method)
     launch = Launch(run.world_size, sharded)
     data = _data_fingerprints(config)
@@ -553,7 +576,7 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
         if not resumed:  # a folder whose run never saved a step: taken over, its leftovers cleared
             out.clear_unstarted(config)
         out.sweep_temporaries()
-        out.record_config(config, launch, data)
+        out.record_config(config, launch, data, commits)
         logger.info("%s run in %s%s", method_class.name, out.root, " (resumed)" if resumed else "")
         plan = run.batch_plan()
         logger.info("%s", plan.describe(config.loss_terms(plan)))
@@ -617,6 +640,10 @@ def _execute(method: Method, run: Run, stages: list[str], state: Any, sharded: b
             if after is not None:
                 report["after"] = after
         report["outputs"] = {"final": str(out.final), **_finish(method, model)}
+        if commits:
+            report[HUB_COMMITS] = dict(commits)
+        if dict(commits) != (out.recorded_config() or {}).get(HUB_COMMITS, {}):  # read after the start
+            out.record_config(config, launch, data, commits)
         for folder in (out.final, *sorted(p for p in out.exports.glob("*") if p.is_dir())):
             portable_files(folder)  # nothing machine-local in a folder the run writes (is_local, paths)
         _write_report(run, report)

@@ -62,6 +62,7 @@ class CLUERunConfig(RunConfig):
     with trust_remote_code=True), export the backbone as a stock ResNetModel/ViTModel, draw Figs. 6 and 9."""
 
     method: ClassVar[str] = "clue"
+    map_style_data: ClassVar[bool] = True  # its labelled sets: the probe and granularity read them whole
     preset: ClassVar[str] = "clue-tiny"
 
     model: CLUEModelConfig = field(default_factory=CLUEModelConfig)

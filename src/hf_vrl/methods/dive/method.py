@@ -89,6 +89,7 @@ class DiVERunConfig(RunConfig):
     and, when asked, WiSE-FT."""
 
     method: ClassVar[str] = "dive"
+    map_style_data: ClassVar[bool] = True  # its labelled sets: class-balanced, indexed by sample
     preset: ClassVar[str] = "dive-tiny"
 
     model: DiVEModelConfig = field(default_factory=DiVEModelConfig)
