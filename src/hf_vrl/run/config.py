@@ -29,7 +29,9 @@ from hf_vrl.run.batch import BatchPlan, plan_batches, process_count
 
 __all__ = [
     "DataConfig",
+    "Defines",
     "EvalConfig",
+    "MEASURED",
     "OptimConfig",
     "OutputConfig",
     "RunConfig",
@@ -52,7 +54,11 @@ SHARED_SECTIONS = ("data", "optim", "eval", "output")
 # -- declaring settings ------------------------------------------------------------------------------------
 
 Check = Callable[[Any], str | None]  # value -> None when fine, else what is wrong
-Defines = bool | Callable[["RunConfig"], bool]  # whether a setting defines the run (given the whole config)
+Defines = bool | Literal["measured"] | Callable[["RunConfig"], bool]  # whether a setting defines the run
+# a setting that decides what a reported number is measured on (an evaluation set, its split, limit, metric
+# options): it defines the run, since the report sets "before" against "after" and a resume must not
+# measure them apart
+MEASURED: Literal["measured"] = "measured"
 
 
 def setting(
@@ -67,8 +73,9 @@ def setting(
     says whether the field belongs to what a run *is* (resuming with a different value is refused) rather
     than to how it is watched, where it writes or how much memory it takes (logging, loader workers,
     micro-batches, recomputation); a function of the configuration where that depends on other settings
-    (the micro-batch defines the run under micro_batch accumulation only). The evaluation's data and tasks
-    define the run too: its report sets "before" against "after", which a resume must not measure apart."""
+    (the micro-batch defines the run under micro_batch accumulation only), or `MEASURED` for what a
+    reported number is measured on (the evaluation's data, split, limit and tasks, a method's own
+    evaluation sets and metric options), which defines the run too (`measured_settings`)."""
     metadata = {"help": help, "check": check, "identity": identity}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
@@ -258,10 +265,14 @@ class OptimConfig:
 class EvalConfig:
     """Evaluation before and after training."""
 
-    eval_dataset: str | None = setting(None, "evaluation data (registry name or path; default: none)")
-    eval_split: str = setting("test", "evaluation split")
-    eval_limit: int | None = setting(None, "evaluate on at most this many samples", check=at_least(1))
-    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)")
+    eval_dataset: str | None = setting(
+        None, "evaluation data (registry name or path; default: none)", identity=MEASURED
+    )
+    eval_split: str = setting("test", "evaluation split", identity=MEASURED)
+    eval_limit: int | None = setting(
+        None, "evaluate on at most this many samples", check=at_least(1), identity=MEASURED
+    )
+    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)", identity=MEASURED)
     eval_before: bool = setting(True, "evaluate the model before training", identity=False)
     eval_after: bool = setting(True, "evaluate the model after training", identity=False)
     figures: bool = setting(True, "draw the method's figures into <run>/figures/", identity=False)
@@ -390,6 +401,10 @@ class RunConfig:
         plan = self.batch_plan(process_count() if processes is None else processes)
         return {**fields, **self.layout_identity(plan)}
 
+    def measured_settings(self) -> list[str]:
+        """The dotted names of the settings that decide what a reported number is measured on (`MEASURED`)."""
+        return [path for path, _, meta in _leaves(self) if meta.get("identity") == MEASURED]
+
     def layout_identity(self, plan: BatchPlan) -> dict[str, Any]:
         """What the result of a step depends on in the layout `plan`; everything else in it (process count,
         micro-batches) changes only the float rounding of sums taken in another order.
@@ -450,7 +465,7 @@ def dropouts(model_config: Any) -> list[str]:
 
 def _defines(meta: Mapping[str, Any], config: RunConfig) -> bool:
     identity = meta.get("identity", True)
-    return bool(identity(config) if callable(identity) else identity)
+    return identity == MEASURED or bool(identity(config) if callable(identity) else identity)
 
 
 # -- walking and building ------------------------------------------------------------

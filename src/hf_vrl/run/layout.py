@@ -742,9 +742,11 @@ class RunDir:
         listing = "; ".join(f"{key}: {before.get(key)!r} there, {now[key]!r} now" for key in changed[:6])
         layout = set(config.layout_identity(config.batch_plan(launch.processes))) | {SHARDED}
         if then == launch or not set(changed) <= layout:
+            measured = [key for key in changed if key in config.measured_settings()]
+            why = f" ({', '.join(measured)}: what its before and after are measured on)" if measured else ""
             raise UserError(
-                f"{self.root} was started with other settings ({listing}). Resume with the same settings "
-                f"(--config {self.config_file}), or use another --output-dir"
+                f"{self.root} was started with other settings ({listing}){why}. Resume with the same "
+                f"settings (--config {self.config_file}), or use another --output-dir"
             )
         keep = (
             f" (or give --global-batch-size {before[SAMPLES_PER_STEP]}, its step on any process count)"

@@ -1,0 +1,79 @@
+"""Issue 37, second round: what a reported number is measured on defines the run (a method's own evaluation
+sets too), a finished stage or final/ of another run is refused as its checkpoints are, a take-over keeps
+another command's output, and a YAML configuration cannot expand without bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_vrl.errors import UserError
+from hf_vrl.methods.clue.method import CLUERunConfig
+from hf_vrl.methods.dcr.method import DCRRunConfig
+from hf_vrl.methods.dive.method import DiVERunConfig
+from hf_vrl.presets import load_preset
+from hf_vrl.run.config import resolve
+from hf_vrl.run.layout import RunDir, atomic_write_json
+
+
+def config(cls, **overrides):
+    return resolve(cls, load_preset(cls.preset), overrides)
+
+
+def recorded(tmp_path, cfg) -> RunDir:
+    """A run folder of `cfg` that saved a step (a complete checkpoint)."""
+    run = RunDir(tmp_path / "run")
+    run.mark()
+    atomic_write_json(run.config_file, cfg.to_dict())
+    checkpoint = run.checkpoints("train") / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    return run
+
+
+MEASURED_CASES = {
+    "dive RSA set": (DiVERunConfig, {"dive.rsa_dataset": "shapes"}),
+    "dive RSA limit": (DiVERunConfig, {"dive.rsa_limit": 50}),
+    "dive OOD sets": (DiVERunConfig, {"dive.ood_datasets": ["digits"]}),
+    "dive OOD split": (DiVERunConfig, {"dive.ood_datasets": ["digits"], "dive.ood_splits": {"digits": "x"}}),
+    "dive OOD limit": (DiVERunConfig, {"dive.ood_datasets": ["digits"], "dive.ood_limits": {"digits": 5}}),
+    "dive shifts": (DiVERunConfig, {"dive.ood_shifts": ["inverted"]}),
+    "dive transfer sets": (DiVERunConfig, {"dive.zero_shot_datasets": ["digits"]}),
+    "dive transfer prompts": (DiVERunConfig, {"dive.transfer_templates": "dataset"}),
+    "dive macro F1": (DiVERunConfig, {"dive.macro_f1": True}),
+    "dive reference set": (DiVERunConfig, {"dive.reference_dataset": "digits"}),
+    "dcr MMVP pairs": (DCRRunConfig, {"dcr.mmvp": "/data/mmvp-vlm"}),
+    "clue granularity split": (CLUERunConfig, {"clue.granularity_split": "test"}),
+    "clue probe strengths": (CLUERunConfig, {"clue.probe_cs": [1.0]}),
+    "clue label column": (CLUERunConfig, {"clue.eval_label_column": "label"}),
+}
+
+
+@pytest.mark.parametrize("case", MEASURED_CASES)
+def test_a_resume_that_changes_what_a_number_is_measured_on_is_refused(tmp_path, case):
+    """DiVE's RSA set, OOD sets with their splits and limits, transfer sets, DCR's MMVP pairs and CLUE's
+    probe settings were memory-only settings: a resume that changed them measured "after" on other data
+    than "before" (issue 37, as --eval-dataset was)."""
+    cls, overrides = MEASURED_CASES[case]
+    run = recorded(tmp_path, config(cls))
+    changed = config(cls, **overrides)
+    with pytest.raises(UserError, match="was started with other settings") as refusal:
+        run.open(changed, resume="auto")
+    message = str(refusal.value)
+    assert len(message.splitlines()) == 1 and list(overrides)[-1] + ":" in message
+    if case != "dive reference set":  # the reference set trains the model; the others are measured on
+        assert "what its before and after are measured on" in message
+    assert run.open(config(cls), resume="auto") is True  # the same settings resume
+
+
+def test_which_settings_are_measured_on_is_declared_with_each_setting():
+    """`MEASURED` marks the settings a reported number is measured on; the resume names them, and what is
+    only watched (logging, figures) or memory (chunks, workers) still does not define the run."""
+    dive = config(DiVERunConfig)
+    assert {"eval.eval_dataset", "eval.eval_limit", "dive.rsa_dataset", "dive.ood_limits"} <= set(
+        dive.measured_settings()
+    )
+    assert "dive.reference_dataset" in dive.identity()  # the reference set trains the model
+    identity = config(CLUERunConfig).identity()
+    assert "clue.probe_cs" in identity and "clue.part_map_images" not in identity
+    assert "output.logging_steps" not in identity and "eval.figures" not in identity
+    assert "dcr.unet_chunk_size" not in config(DCRRunConfig).identity()
