@@ -4,15 +4,20 @@ another command's output, and a YAML configuration cannot expand without bound."
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
+from test_run_honest import TINY_RUN, refused, trained
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.clue.method import CLUERunConfig
 from hf_vrl.methods.dcr.method import DCRRunConfig
+from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
 from hf_vrl.methods.dive.method import DiVERunConfig
 from hf_vrl.presets import load_preset
 from hf_vrl.run.config import resolve
-from hf_vrl.run.layout import RunDir, atomic_write_json
+from hf_vrl.run.layout import RunDir, atomic_write_json, write_checkpoint_manifest
 
 
 def config(cls, **overrides):
@@ -77,3 +82,39 @@ def test_which_settings_are_measured_on_is_declared_with_each_setting():
     assert "clue.probe_cs" in identity and "clue.part_map_images" not in identity
     assert "output.logging_steps" not in identity and "eval.figures" not in identity
     assert "dcr.unet_chunk_size" not in config(DCRRunConfig).identity()
+
+
+def diffclip(**overrides):
+    return config(DiffCLIPRunConfig, **overrides)
+
+
+@pytest.mark.parametrize("result", ["checkpoints/stage1/done", "final"])
+def test_a_finished_stage_or_final_of_another_run_is_refused(tmp_path, result):
+    """A done/ or final/ of another run (other seed) in the folder was loaded as this run's result, its
+    stage never trained again (issue 37, as a checkpoint of another run was); it names its run now, and an
+    earlier release's, which names none, is taken as before."""
+    run = recorded(tmp_path, diffclip())
+    folder = run.root / result
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"")
+    assert run.open(diffclip(), resume="auto") is True  # an earlier release's: no record, taken
+    write_checkpoint_manifest(folder, diffclip().identity(1))
+    assert run.open(diffclip(), resume="auto") is True  # this run's
+    write_checkpoint_manifest(folder, diffclip(seed=1).identity(1))
+    with pytest.raises(UserError) as refusal:
+        run.open(diffclip(), resume="auto")
+    message = str(refusal.value)
+    assert f"{folder} was written by another run (seed: 1 there, 0 now)" in message
+    assert len(message.splitlines()) == 1
+
+
+def test_a_run_names_itself_in_its_final_folder_and_a_foreign_final_is_refused(tmp_path, capsys):
+    """The real run records its identity in final/checkpoint.json beside the files; seed 1's final/ copied
+    into seed 0's finished run was taken as its result (a report of one model, the weights of another)."""
+    seed0, seed1 = trained(tmp_path, "seed0"), trained(tmp_path, "seed1", "--seed", "1")
+    manifest = json.loads((seed0 / "final/checkpoint.json").read_text())
+    assert manifest["run"]["seed"] == 0 and "model.safetensors" in manifest["files"]
+    shutil.rmtree(seed0 / "final")
+    shutil.copytree(seed1 / "final", seed0 / "final")
+    message = refused([*TINY_RUN, "--output-dir", "seed0", "--resume"], tmp_path, capsys)
+    assert "seed0/final was written by another run (seed: 1 there, 0 now)" in message

@@ -5,6 +5,7 @@
     <run>/checkpoints/<stage>/checkpoint-<step>/   Trainer checkpoints, each written atomically
     <run>/checkpoints/<stage>/done/                the result of a finished intermediate stage
     <run>/final/             what `from_pretrained` loads (the last stage's result), with its processors
+    (each checkpoint, done/ and final/ lists its files and names the run that wrote it in checkpoint.json)
     <run>/exports/<name>/    other exports (a plain vision tower, ...)
     <run>/figures/           figures
     <run>/inputs/            models a run builds for itself before training (toy-world stand-ins)
@@ -693,8 +694,9 @@ class RunDir:
             )
 
     def _check_checkpoints_are_this_runs(self, identity: Mapping[str, Any], resume: str) -> None:
-        """Each checkpoint this resume would load was written by this run (checkpoint.json's `run`, as
-        `RunConfig.identity` gives it; a checkpoint of an earlier release names none)."""
+        """Each checkpoint this resume would load, each finished stage's `done/` and `final/` was written by
+        this run (their checkpoint.json's `run`, as `RunConfig.identity` gives it; those of an earlier
+        release name none)."""
         stages = self.root / "checkpoints"
         if resume != "auto":
             found = [Path(resume)]
@@ -704,16 +706,19 @@ class RunDir:
                 if stages.is_dir()
                 else []
             )
+        results = [stage / "done" for stage in sorted(stages.iterdir())] if stages.is_dir() else []
         identity = json.loads(json.dumps(identity))  # as checkpoint.json holds it (lists, string keys)
-        for checkpoint in (c for c in found if c is not None):
-            then = checkpoint_run(checkpoint) or identity
-            changed = [key for key in {**identity, **then} if then.get(key) != identity.get(key)]
+        for folder in [c for c in found if c is not None] + [*results, self.final]:
+            then = checkpoint_run(folder) if folder.is_dir() else None  # an earlier release's: none
+            changed = [
+                key for key in {**identity, **(then or {})} if then and then.get(key) != identity.get(key)
+            ]
             if changed:
                 listing = "; ".join(
                     f"{key}: {then.get(key)!r} there, {identity.get(key)!r} now" for key in changed[:3]
                 )
                 raise UserError(
-                    f"{checkpoint} was written by another run ({listing}): move it out of {self.root}, or "
+                    f"{folder} was written by another run ({listing}): move it out of {self.root}, or "
                     "resume it in its own run folder"
                 )
 
