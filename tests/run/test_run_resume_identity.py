@@ -17,7 +17,7 @@ from hf_vrl.methods.diffclip.method import DiffCLIPRunConfig
 from hf_vrl.methods.dive.method import DiVERunConfig
 from hf_vrl.presets import load_preset
 from hf_vrl.run.config import resolve
-from hf_vrl.run.layout import RunDir, atomic_write_json, write_checkpoint_manifest
+from hf_vrl.run.layout import OutputDir, RunDir, atomic_write_json, write_checkpoint_manifest
 
 
 def config(cls, **overrides):
@@ -118,3 +118,31 @@ def test_a_run_names_itself_in_its_final_folder_and_a_foreign_final_is_refused(t
     shutil.copytree(seed1 / "final", seed0 / "final")
     message = refused([*TINY_RUN, "--output-dir", "seed0", "--resume"], tmp_path, capsys)
     assert "seed0/final was written by another run (seed: 1 there, 0 now)" in message
+
+
+@pytest.mark.parametrize("inside", ["exports/eval", "figures/eval/zero-shot", "logs/eval"])
+def test_a_take_over_refuses_to_clear_another_commands_output(tmp_path, inside):
+    """A folder whose run never saved a step was taken over by deleting its logs/, checkpoints/, figures/,
+    exports/ and inputs/ whole, an `hf-vrl eval --output-dir <run>/exports/eval` inside them too; now the
+    take-over is refused in one line before anything is written (the run would later write its own
+    exports and figures there), and goes ahead once that output is moved out."""
+    run = RunDir(tmp_path / "run")
+    run.mark()
+    atomic_write_json(run.config_file, diffclip(seed=5).to_dict())
+    evaluation = OutputDir(run.root / inside, "eval")
+    evaluation.root.mkdir(parents=True)
+    evaluation.mark()
+    (evaluation.root / "report.json").write_text("{}")
+    before = sorted(str(p) for p in run.root.rglob("*"))
+    for resume in (None, "auto"):
+        with pytest.raises(UserError) as refusal:
+            run.open(diffclip(), resume=resume)
+        message = str(refusal.value)
+        assert len(message.splitlines()) == 1
+        assert f"{evaluation.root} holds what `hf-vrl eval` wrote" in message and "move it out" in message
+    assert sorted(str(p) for p in run.root.rglob("*")) == before
+    assert run.open(diffclip(seed=5), resume="auto") is True  # its own run continues: nothing is cleared
+    shutil.move(run.root / inside.split("/")[0], tmp_path / "moved")
+    assert run.open(diffclip(), resume=None) is False
+    run.clear_unstarted(diffclip())
+    assert (tmp_path / "moved").is_dir() and not run.config_file.exists()

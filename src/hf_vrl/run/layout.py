@@ -25,7 +25,8 @@ skipped, with the reason in the run log, and the newest complete one is resumed.
 
 Rules (`RunDir.open`): a new run refuses a folder that holds a run (a trained step: a complete checkpoint, a
 finished stage or `final/`; a folder whose run never saved a step may be taken over by any command, its
-`inputs/` kept only when its recorded configuration defines the same run);
+`inputs/` kept only when its recorded configuration defines the same run, unless a folder the take-over
+clears holds another command's output: that is refused);
 `--resume` refuses a configuration that differs from the recorded one in anything that defines the run; a
 stage whose result exists is never trained again; a folder is written under a temporary name and renamed into
 place, so a killed run never leaves a half-written result that a later run would take for complete.
@@ -52,6 +53,7 @@ from hf_vrl.errors import UserError, is_disk_full
 from hf_vrl.run.trust import drop_foreign_auto_maps
 
 __all__ = [
+    "CHECKPOINT_MANIFEST",
     "Launch",
     "OutputDir",
     "RunDir",
@@ -604,6 +606,18 @@ class RunDir:
         for folder in (self.logs, self.root / "checkpoints", self.figures, self.exports):
             shutil.rmtree(folder, ignore_errors=True)
 
+    def _check_take_over_loses_no_output(self) -> None:
+        """Refuse to take the folder over (`clear_unstarted`) while a folder it clears holds what another
+        hf_vrl command wrote (its marker: an `hf-vrl eval --output-dir <run>/exports/eval`), in one line."""
+        for folder in (self.logs, self.root / "checkpoints", self.figures, self.exports, self.inputs):
+            marker = next(folder.rglob(RUN_MARKER), None) if folder.is_dir() else None
+            if marker is not None:
+                raise UserError(
+                    f"{marker.parent} holds what `hf-vrl {marker_command(marker.parent)}` wrote, and a new "
+                    f"run in {self.root} clears {folder.name}/: move it out of {self.root}, or choose "
+                    "another --output-dir"
+                )
+
     def recorded_config(self) -> dict[str, Any] | None:
         """The recorded configuration (config.json), None when there is none or it cannot be read."""
         try:
@@ -661,7 +675,10 @@ class RunDir:
             if resume not in (None, "auto"):
                 raise UserError(f"--resume {resume}: {self.root} holds no run to resume")
             recorded = self.recorded_config() if resume == "auto" else None
-            return recorded is not None and self._same_run(config, recorded, launch)
+            resumed = recorded is not None and self._same_run(config, recorded, launch)
+            if not resumed:
+                self._check_take_over_loses_no_output()
+            return resumed
         if resume is None:
             raise UserError(
                 f"{self.root} already holds a run: continue it with --resume, or choose another --output-dir"
