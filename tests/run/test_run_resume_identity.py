@@ -8,7 +8,7 @@ import json
 import shutil
 
 import pytest
-from test_run_honest import TINY_RUN, refused, trained
+from test_run_honest import TINY_RUN, refused, trained, unprivileged  # noqa: F401 (a fixture)
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.clue.method import CLUERunConfig
@@ -146,3 +146,19 @@ def test_a_take_over_refuses_to_clear_another_commands_output(tmp_path, inside):
     assert run.open(diffclip(), resume=None) is False
     run.clear_unstarted(diffclip())
     assert (tmp_path / "moved").is_dir() and not run.config_file.exists()
+
+
+@pytest.mark.parametrize("read_only", ["out", "parent"])
+def test_eval_refuses_a_read_only_output_folder_in_one_line(unprivileged, capsys, read_only):  # noqa: F811
+    """`hf-vrl eval --output-dir` read-only (or under a read-only parent) was a traceback after the whole
+    evaluation (issue 37); the check, untested as root, ran with the real user's rights: as `nobody` it let
+    the folder through. It refuses, before any model or data is read, in one line."""
+    root, as_user = unprivileged
+    (root / "out").mkdir()
+    (root / "parent").mkdir()
+    target = root / ("out" if read_only == "out" else "parent/new")
+    argv = ["eval", "--model", str(root / "no-model"), "--dataset", "shapes", "--output-dir", str(target)]
+    with as_user():
+        (root / read_only).chmod(0o555)
+        message = refused(argv, root, capsys)
+    assert f"--output-dir {target}: {root / read_only} is not writable" in message, message

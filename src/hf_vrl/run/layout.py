@@ -447,7 +447,7 @@ class OutputDir:
         existing = self.root
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
-        if not os.access(existing, os.W_OK | os.X_OK):
+        if not os.access(existing, os.W_OK | os.X_OK, effective_ids=True):  # the rights it writes with
             raise UserError(
                 f"{self.flag} {self.root}: {existing} is not writable; give a folder you can write"
             )
