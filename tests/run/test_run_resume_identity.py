@@ -162,3 +162,26 @@ def test_eval_refuses_a_read_only_output_folder_in_one_line(unprivileged, capsys
         (root / read_only).chmod(0o555)
         message = refused(argv, root, capsys)
     assert f"--output-dir {target}: {root / read_only} is not writable" in message, message
+
+
+def _laughs(levels: int) -> str:
+    """A YAML "billion laughs": each level a list of ten aliases of the one before (10**levels values)."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_configuration_of_nested_aliases_is_refused_in_one_line(tmp_path, capsys):
+    """Nested aliases load as shared lists in no time, but every reader of the settings (the nesting check,
+    validation, config.json) walked them expanded: 10**6 values took seconds before a wrong complaint,
+    10**9 never ended. Reading now counts the values with aliases expanded and stops past 100,000."""
+    from hf_vrl.run.config import load_config_file
+
+    for levels in (6, 9):
+        (tmp_path / f"laughs{levels}.yaml").write_text(_laughs(levels))
+        message = refused(["train", "diffclip", "--config", f"laughs{levels}.yaml"], tmp_path, capsys)
+        assert f"laughs{levels}.yaml holds more than 100,000 values once its YAML aliases" in message
+    (tmp_path / "anchors.yaml").write_text("optim: &o {learning_rate: 0.001}\nseed: 3\n")
+    assert load_config_file(tmp_path / "anchors.yaml") == {"optim": {"learning_rate": 0.001}, "seed": 3}
+    (tmp_path / "small.yaml").write_text(_laughs(4))  # 10**4 values: within the bound, read
+    assert len(load_config_file(tmp_path / "small.yaml")["l3"]) == 10

@@ -654,9 +654,46 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
+MAX_VALUES = 100_000  # values a configuration file may hold, its YAML aliases expanded (the presets: < 300)
+
+
+def _expands_past(node: Any, bound: int) -> bool:
+    """Whether the YAML node graph `node` holds more than `bound` values once its aliases are expanded
+    (each use of an anchor counts its values again, as reading the settings walks them), counted without
+    recursion and never past `bound`: a "billion laughs" of nested aliases stops here."""
+    import yaml
+
+    count, todo = 0, [node]
+    while todo and count <= bound:
+        item = todo.pop()
+        count += 1
+        if isinstance(item, yaml.SequenceNode):
+            todo += item.value
+        elif isinstance(item, yaml.MappingNode):
+            todo += [part for pair in item.value for part in pair]
+    return count > bound
+
+
+def _safe_load_bounded(text: str, path: Path) -> Any:
+    """`yaml.safe_load`, refusing a document that expands past `MAX_VALUES` before it is constructed."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expands_past(node, MAX_VALUES):
+            raise UserError(
+                f"{path} holds more than {MAX_VALUES:,} values once its YAML aliases are expanded: no "
+                "configuration does; write its settings out without nested aliases"
+            )
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`), UTF-8, nested at most
-    `MAX_DEPTH` levels."""
+    """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`, its aliases expanding to at most
+    `MAX_VALUES` values), UTF-8, nested at most `MAX_DEPTH` levels."""
     import yaml
 
     path = Path(path)
@@ -667,7 +704,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path} is not UTF-8 text ({where}): save it as UTF-8") from None
     too_deep = f"{path} nests its settings more than {MAX_DEPTH} levels deep: no configuration does"
     try:
-        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        data = _safe_load_bounded(text, path) if path.suffix in (".yaml", ".yml") else json.loads(text)
     except RecursionError:
         raise UserError(too_deep) from None
     except yaml.MarkedYAMLError as error:  # several lines of context: the problem and where it is
