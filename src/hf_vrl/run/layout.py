@@ -546,14 +546,14 @@ class RunDir:
     def check_writable(self) -> None:
         """Refuse, before anything is written, an output folder hf_vrl must not write into: a file, or a
         non-empty folder `hf-vrl train` did not make (`OutputDir.check`), or one this user cannot write in."""
-        self.output.check()
-        blocked = self._unwritable()
+        blocked = self._unwritable() if self.output.is_ours() else None  # named more closely than check's
         if blocked is not None:
             made = "" if blocked == self.root else f" (--output-dir {self.root} is made and written in it)"
             raise UserError(
                 f"{blocked} is not writable here{made}: give this user write permission to it, or choose "
                 "another --output-dir"
             )
+        self.output.check()
 
     def _unwritable(self) -> Path | None:
         """The first folder a run writes in that this process may not write in (permissions, a read-only
