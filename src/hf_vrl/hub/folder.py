@@ -21,7 +21,7 @@ from typing import Any
 
 from hf_vrl.errors import UserError
 from hf_vrl.hub.remote_code import code_complete, code_files, hf_vrl_model_type
-from hf_vrl.run.layout import RunDir
+from hf_vrl.run.layout import CHECKPOINT_MANIFEST, RunDir
 from hf_vrl.run.trust import local_auto_map
 
 __all__ = ["CONVERSION_RECORD", "IMAGE_PROCESSOR", "MODEL_FILES", "TOKENIZER_FILES", "ModelFolder"]
@@ -143,11 +143,12 @@ class ModelFolder:
         return files
 
     def left_out(self) -> list[str]:
-        """Files (and links) of the folder that are not uploaded."""
+        """Files (and links) of the folder that are not uploaded, but for the run's own record of it
+        (`CHECKPOINT_MANIFEST`: its files and the run that wrote it)."""
         return [
             p.name
             for p in sorted(self.path.iterdir())
-            if (p.is_file() or p.is_symlink()) and not self._uploaded(p)
+            if (p.is_file() or p.is_symlink()) and not self._uploaded(p) and p.name != CHECKPOINT_MANIFEST
         ]
 
     def _uploaded(self, path: Path) -> bool:

@@ -29,7 +29,9 @@ from hf_vrl.run.batch import BatchPlan, plan_batches, process_count
 
 __all__ = [
     "DataConfig",
+    "Defines",
     "EvalConfig",
+    "MEASURED",
     "OptimConfig",
     "OutputConfig",
     "RunConfig",
@@ -53,7 +55,11 @@ SHARED_SECTIONS = ("data", "optim", "eval", "output")
 # -- declaring settings ------------------------------------------------------------------------------------
 
 Check = Callable[[Any], str | None]  # value -> None when fine, else what is wrong
-Defines = bool | Callable[["RunConfig"], bool]  # whether a setting defines the run (given the whole config)
+Defines = bool | Literal["measured"] | Callable[["RunConfig"], bool]  # whether a setting defines the run
+# a setting that decides what a reported number is measured on (an evaluation set, its split, limit, metric
+# options): it defines the run, since the report sets "before" against "after" and a resume must not
+# measure them apart
+MEASURED: Literal["measured"] = "measured"
 
 
 def setting(
@@ -68,8 +74,9 @@ def setting(
     says whether the field belongs to what a run *is* (resuming with a different value is refused) rather
     than to how it is watched, where it writes or how much memory it takes (logging, loader workers,
     micro-batches, recomputation); a function of the configuration where that depends on other settings
-    (the micro-batch defines the run under micro_batch accumulation only). The evaluation's data and tasks
-    define the run too: its report sets "before" against "after", which a resume must not measure apart."""
+    (the micro-batch defines the run under micro_batch accumulation only), or `MEASURED` for what a
+    reported number is measured on (the evaluation's data, split, limit and tasks, a method's own
+    evaluation sets and metric options), which defines the run too (`measured_settings`)."""
     metadata = {"help": help, "check": check, "identity": identity}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
@@ -260,10 +267,14 @@ class OptimConfig:
 class EvalConfig:
     """Evaluation before and after training."""
 
-    eval_dataset: str | None = setting(None, "evaluation data (registry name or path; default: none)")
-    eval_split: str = setting("test", "evaluation split")
-    eval_limit: int | None = setting(None, "evaluate on at most this many samples", check=at_least(1))
-    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)")
+    eval_dataset: str | None = setting(
+        None, "evaluation data (registry name or path; default: none)", identity=MEASURED
+    )
+    eval_split: str = setting("test", "evaluation split", identity=MEASURED)
+    eval_limit: int | None = setting(
+        None, "evaluate on at most this many samples", check=at_least(1), identity=MEASURED
+    )
+    tasks: list[str] | None = setting(None, "evaluation tasks (default: the method's)", identity=MEASURED)
     eval_before: bool = setting(True, "evaluate the model before training", identity=False)
     eval_after: bool = setting(True, "evaluate the model after training", identity=False)
     figures: bool = setting(True, "draw the method's figures into <run>/figures/", identity=False)
@@ -395,6 +406,10 @@ class RunConfig:
         plan = self.batch_plan(process_count() if processes is None else processes)
         return {**fields, **self.layout_identity(plan)}
 
+    def measured_settings(self) -> list[str]:
+        """The dotted names of the settings that decide what a reported number is measured on (`MEASURED`)."""
+        return [path for path, _, meta in _leaves(self) if meta.get("identity") == MEASURED]
+
     def layout_identity(self, plan: BatchPlan) -> dict[str, Any]:
         """What the result of a step depends on in the layout `plan`; everything else in it (process count,
         micro-batches) changes only the float rounding of sums taken in another order.
@@ -455,7 +470,7 @@ def dropouts(model_config: Any) -> list[str]:
 
 def _defines(meta: Mapping[str, Any], config: RunConfig) -> bool:
     identity = meta.get("identity", True)
-    return bool(identity(config) if callable(identity) else identity)
+    return identity == MEASURED or bool(identity(config) if callable(identity) else identity)
 
 
 # -- walking and building ------------------------------------------------------------
@@ -644,9 +659,46 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
+MAX_VALUES = 100_000  # values a configuration file may hold, its YAML aliases expanded (the presets: < 300)
+
+
+def _expands_past(node: Any, bound: int) -> bool:
+    """Whether the YAML node graph `node` holds more than `bound` values once its aliases are expanded
+    (each use of an anchor counts its values again, as reading the settings walks them), counted without
+    recursion and never past `bound`: a "billion laughs" of nested aliases stops here."""
+    import yaml
+
+    count, todo = 0, [node]
+    while todo and count <= bound:
+        item = todo.pop()
+        count += 1
+        if isinstance(item, yaml.SequenceNode):
+            todo += item.value
+        elif isinstance(item, yaml.MappingNode):
+            todo += [part for pair in item.value for part in pair]
+    return count > bound
+
+
+def _safe_load_bounded(text: str, path: Path) -> Any:
+    """`yaml.safe_load`, refusing a document that expands past `MAX_VALUES` before it is constructed."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expands_past(node, MAX_VALUES):
+            raise UserError(
+                f"{path} holds more than {MAX_VALUES:,} values once its YAML aliases are expanded: no "
+                "configuration does; write its settings out without nested aliases"
+            )
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`), UTF-8, nested at most
-    `MAX_DEPTH` levels."""
+    """A preset or configuration file: JSON, or YAML (`.yaml` / `.yml`, its aliases expanding to at most
+    `MAX_VALUES` values), UTF-8, nested at most `MAX_DEPTH` levels."""
     import yaml
 
     path = Path(path)
@@ -657,7 +709,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path} is not UTF-8 text ({where}): save it as UTF-8") from None
     too_deep = f"{path} nests its settings more than {MAX_DEPTH} levels deep: no configuration does"
     try:
-        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        data = _safe_load_bounded(text, path) if path.suffix in (".yaml", ".yml") else json.loads(text)
     except RecursionError:
         raise UserError(too_deep) from None
     except yaml.MarkedYAMLError as error:  # several lines of context: the problem and where it is

@@ -5,6 +5,7 @@
     <run>/checkpoints/<stage>/checkpoint-<step>/   Trainer checkpoints, each written atomically
     <run>/checkpoints/<stage>/done/                the result of a finished intermediate stage
     <run>/final/             what `from_pretrained` loads (the last stage's result), with its processors
+    (each checkpoint, done/ and final/ lists its files and names the run that wrote it in checkpoint.json)
     <run>/exports/<name>/    other exports (a plain vision tower, ...)
     <run>/figures/           figures
     <run>/inputs/            models a run builds for itself before training (toy-world stand-ins)
@@ -24,7 +25,8 @@ skipped, with the reason in the run log, and the newest complete one is resumed.
 
 Rules (`RunDir.open`): a new run refuses a folder that holds a run (a trained step: a complete checkpoint, a
 finished stage or `final/`; a folder whose run never saved a step may be taken over by any command, its
-`inputs/` kept only when its recorded configuration defines the same run);
+`inputs/` kept only when its recorded configuration defines the same run, unless a folder the take-over
+clears holds another command's output: that is refused);
 `--resume` refuses a configuration that differs from the recorded one in anything that defines the run; a
 stage whose result exists is never trained again; a folder is written under a temporary name and renamed into
 place, so a killed run never leaves a half-written result that a later run would take for complete.
@@ -51,6 +53,7 @@ from hf_vrl.errors import UserError, is_disk_full
 from hf_vrl.run.trust import drop_foreign_auto_maps
 
 __all__ = [
+    "CHECKPOINT_MANIFEST",
     "Launch",
     "OutputDir",
     "RunDir",
@@ -444,7 +447,7 @@ class OutputDir:
         existing = self.root
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
-        if not os.access(existing, os.W_OK | os.X_OK):
+        if not os.access(existing, os.W_OK | os.X_OK, effective_ids=True):  # the rights it writes with
             raise UserError(
                 f"{self.flag} {self.root}: {existing} is not writable; give a folder you can write"
             )
@@ -543,14 +546,14 @@ class RunDir:
     def check_writable(self) -> None:
         """Refuse, before anything is written, an output folder hf_vrl must not write into: a file, or a
         non-empty folder `hf-vrl train` did not make (`OutputDir.check`), or one this user cannot write in."""
-        self.output.check()
-        blocked = self._unwritable()
+        blocked = self._unwritable() if self.output.is_ours() else None  # named more closely than check's
         if blocked is not None:
             made = "" if blocked == self.root else f" (--output-dir {self.root} is made and written in it)"
             raise UserError(
                 f"{blocked} is not writable here{made}: give this user write permission to it, or choose "
                 "another --output-dir"
             )
+        self.output.check()
 
     def _unwritable(self) -> Path | None:
         """The first folder a run writes in that this process may not write in (permissions, a read-only
@@ -602,6 +605,18 @@ class RunDir:
                 (self.root / name).unlink()
         for folder in (self.logs, self.root / "checkpoints", self.figures, self.exports):
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _check_take_over_loses_no_output(self) -> None:
+        """Refuse to take the folder over (`clear_unstarted`) while a folder it clears holds what another
+        hf_vrl command wrote (its marker: an `hf-vrl eval --output-dir <run>/exports/eval`), in one line."""
+        for folder in (self.logs, self.root / "checkpoints", self.figures, self.exports, self.inputs):
+            marker = next(folder.rglob(RUN_MARKER), None) if folder.is_dir() else None
+            if marker is not None:
+                raise UserError(
+                    f"{marker.parent} holds what `hf-vrl {marker_command(marker.parent)}` wrote, and a new "
+                    f"run in {self.root} clears {folder.name}/: move it out of {self.root}, or choose "
+                    "another --output-dir"
+                )
 
     def recorded_config(self) -> dict[str, Any] | None:
         """The recorded configuration (config.json), None when there is none or it cannot be read."""
@@ -670,7 +685,10 @@ class RunDir:
             if resume not in (None, "auto"):
                 raise UserError(f"--resume {resume}: {self.root} holds no run to resume")
             recorded = self.recorded_config() if resume == "auto" else None
-            return recorded is not None and self._same_run(config, recorded, launch)
+            resumed = recorded is not None and self._same_run(config, recorded, launch)
+            if not resumed:
+                self._check_take_over_loses_no_output()
+            return resumed
         if resume is None:
             raise UserError(
                 f"{self.root} already holds a run: continue it with --resume, or choose another --output-dir"
@@ -703,8 +721,9 @@ class RunDir:
             )
 
     def _check_checkpoints_are_this_runs(self, identity: Mapping[str, Any], resume: str) -> None:
-        """Each checkpoint this resume would load was written by this run (checkpoint.json's `run`, as
-        `RunConfig.identity` gives it; a checkpoint of an earlier release names none)."""
+        """Each checkpoint this resume would load, each finished stage's `done/` and `final/` was written by
+        this run (their checkpoint.json's `run`, as `RunConfig.identity` gives it; those of an earlier
+        release name none)."""
         stages = self.root / "checkpoints"
         if resume != "auto":
             found = [Path(resume)]
@@ -714,16 +733,19 @@ class RunDir:
                 if stages.is_dir()
                 else []
             )
+        results = [stage / "done" for stage in sorted(stages.iterdir())] if stages.is_dir() else []
         identity = json.loads(json.dumps(identity))  # as checkpoint.json holds it (lists, string keys)
-        for checkpoint in (c for c in found if c is not None):
-            then = checkpoint_run(checkpoint) or identity
-            changed = [key for key in {**identity, **then} if then.get(key) != identity.get(key)]
+        for folder in [c for c in found if c is not None] + [*results, self.final]:
+            then = checkpoint_run(folder) if folder.is_dir() else None  # an earlier release's: none
+            changed = [
+                key for key in {**identity, **(then or {})} if then and then.get(key) != identity.get(key)
+            ]
             if changed:
                 listing = "; ".join(
                     f"{key}: {then.get(key)!r} there, {identity.get(key)!r} now" for key in changed[:3]
                 )
                 raise UserError(
-                    f"{checkpoint} was written by another run ({listing}): move it out of {self.root}, or "
+                    f"{folder} was written by another run ({listing}): move it out of {self.root}, or "
                     "resume it in its own run folder"
                 )
 
@@ -752,9 +774,11 @@ class RunDir:
         listing = "; ".join(f"{key}: {before.get(key)!r} there, {now[key]!r} now" for key in changed[:6])
         layout = set(config.layout_identity(config.batch_plan(launch.processes))) | {SHARDED}
         if then == launch or not set(changed) <= layout:
+            measured = [key for key in changed if key in config.measured_settings()]
+            why = f" ({', '.join(measured)}: what its before and after are measured on)" if measured else ""
             raise UserError(
-                f"{self.root} was started with other settings ({listing}). Resume with the same settings "
-                f"(--config {self.config_file}), or use another --output-dir"
+                f"{self.root} was started with other settings ({listing}){why}. Resume with the same "
+                f"settings (--config {self.config_file}), or use another --output-dir"
             )
         keep = (
             f" (or give --global-batch-size {before[SAMPLES_PER_STEP]}, its step on any process count)"

@@ -51,6 +51,7 @@ from hf_vrl.run.layout import (
     checkpoint_problem,
     folder_size,
     last_complete_checkpoint,
+    write_checkpoint_manifest,
 )
 from hf_vrl.run.report import log_evaluation
 from hf_vrl.run.signals import handle_signals, saving_on_signal
@@ -625,6 +626,7 @@ def _execute(
                     method.save_final(model, folder)
                 else:
                     method.save_stage(stage, model, folder)
+                write_checkpoint_manifest(folder, config.identity(launch.processes))  # whose result it is
             atomic_write_json(out.checkpoints(stage) / "stats.json", run.stats.get(stage, {}))
             with contextlib.suppress(OSError):  # the trainer's staging folder, empty once all is renamed
                 (out.checkpoints(stage) / ".staging").rmdir()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_vrl.errors import UserError
-from hf_vrl.run.config import setting
+from hf_vrl.run.config import MEASURED, Defines, setting
 
 TARGETS = ("sinkhorn", "identity")
 MOMENTUM_SCHEDULES = ("constant", "cosine")
@@ -19,7 +19,7 @@ BACKBONES = ("resnet", "vit")
 _VIEW_SIZE = "size"  # CLUEViews.size comes from image_size, never from `augment`
 
 
-def _help(text: str, *, identity: bool = True, **kwargs: Any) -> Any:
+def _help(text: str, *, identity: Defines = True, **kwargs: Any) -> Any:
     return setting(help=text, identity=identity, **kwargs)
 
 
@@ -123,12 +123,12 @@ class CLUEMethodFields:
         "Split whose features the granularity metrics (CDNV, NCC fine / coarse) measure: 'train' (paper §3: "
         "'all reported results are computed on the training set') or 'test'.",
         default="train",
-        identity=False,
+        identity=MEASURED,
     )
     eval_label_column: str | None = _help(
         "Label column of the linear probe and retrieval (default: fine_label where present, else label).",
         default=None,
-        identity=False,
+        identity=MEASURED,
     )
     part_map_images: int = _help(
         "Test images shown in the part-cluster response maps (Fig. 6) and the Grad-CAM maps (Fig. 9).",
@@ -139,7 +139,7 @@ class CLUEMethodFields:
         "Inverse L2 strengths C the linear probe chooses from on a held-out part of the train split "
         "(default: 13 values, 1e-6 to 1e6).",
         default=None,
-        identity=False,
+        identity=MEASURED,
     )
 
 

@@ -25,7 +25,7 @@ from hf_vrl.data.processors import load_image_processor
 from hf_vrl.data.toy import OMITTABLE
 from hf_vrl.errors import UserError
 from hf_vrl.run.batch import BatchPlan
-from hf_vrl.run.config import OptimConfig, RunConfig, at_least, in_range, setting
+from hf_vrl.run.config import MEASURED, OptimConfig, RunConfig, at_least, in_range, setting
 from hf_vrl.run.data import materialise
 from hf_vrl.run.layout import atomic_dir
 from hf_vrl.run.runner import Method
@@ -166,7 +166,7 @@ class DCRSettings:
         None, "normalisation std (default: the checkpoint's image processor)"
     )
     mmvp: str | None = setting(
-        "toy", "P-ability pairs: 'toy' (shapes-world pairs) or an MMVP-VLM folder", identity=False
+        "toy", "P-ability pairs: 'toy' (shapes-world pairs) or an MMVP-VLM folder", identity=MEASURED
     )
     lora_r: int = setting(16, "stage-2 LoRA rank", check=at_least(1))
     lora_alpha: int = setting(16, "stage-2 LoRA alpha", check=at_least(1))

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from hf_vrl.errors import UserError
 from hf_vrl.methods.dive.shifts import SHIFTS
-from hf_vrl.run.config import at_least, setting
+from hf_vrl.run.config import MEASURED, at_least, setting
 
 __all__ = ["DiVESettings", "HEAD_OBJECTIVES", "OBJECTIVES", "WISE_FT_GRID"]
 
@@ -193,7 +193,6 @@ class DiVESettings:
         "score the ID validation set (val_size rows) at every epoch's end and finish with the best epoch's "
         "weights (the paper's early stopping, §5.2); the selected weights are kept in "
         "checkpoints/train/best-epoch/, apart from the rotating checkpoints",
-        identity=False,
     )
     wise_ft: bool = setting(
         False,
@@ -209,72 +208,72 @@ class DiVESettings:
         help="OOD test sets of the target classes (registry names or paths; paper: ImageNet-V2/-R/-A/"
         "-Sketch, ObjectNet)",
         default_factory=list,
-        identity=False,
+        identity=MEASURED,
     )
     ood_splits: dict[str, str] = setting(
         help="the split read from each OOD set, by its name in ood_datasets (default: eval.eval_split); the "
         "ImageNet shifts each ship one test split",
         check=_splits,
         default_factory=dict,
-        identity=False,
+        identity=MEASURED,
     )
     ood_limits: dict[str, int | None] = setting(
         help="samples read from each OOD set, by its name in ood_datasets (default: eval.eval_limit; null: "
         "all)",
         check=_limits,
         default_factory=dict,
-        identity=False,
+        identity=MEASURED,
     )
     ood_shifts: list[str] = setting(
         help="style shifts of the ID test set evaluated as OOD sets: inverted, blurred, recoloured",
         check=_shifts,
         default_factory=list,
-        identity=False,
+        identity=MEASURED,
     )
     zero_shot_datasets: list[str] = setting(
         help="other classification sets for zero-shot accuracy (paper: Caltech, Flowers, Food, SUN, DTD, "
         "Aircraft, Cars, Pets, EuroSAT, UCF)",
         default_factory=list,
-        identity=False,
+        identity=MEASURED,
     )
     objectnet_border: int = setting(
         2,
         "pixels cropped off every border of ObjectNet images before preprocessing (FLYP / WiSE-FT's "
         "objectnet.py `crop`: 2, which removes the red frame of ObjectNet's images); 0 keeps them whole",
         check=at_least(0),
-        identity=False,
+        identity=MEASURED,
     )
     macro_f1: bool = setting(
         False,
         "also report the macro F1 of the ID and OOD predictions (iWildCam's metric in Table 4, "
         "hf_vrl.metrics.macro_f1)",
-        identity=False,
+        identity=MEASURED,
     )
     group_column: str = setting(
         "region",
         "a column of the ID / OOD sets naming each sample's group (FMoW: the region): a set that has it also "
         "reports its worst-group accuracy (Table 4's FMoW OOD metric, hf_vrl.metrics.worst_group_accuracy)",
-        identity=False,
+        identity=MEASURED,
     )
     group_exclude: list[str] = setting(
         help="groups left out of the worst-group accuracy (FMoW: the 'Other' region, as WILDS)",
         default_factory=lambda: ["Other"],
-        identity=False,
+        identity=MEASURED,
     )
     transfer_templates: Literal["dataset", "target"] = setting(
         "dataset",
         "prompts of the zero-shot transfer sets: dataset (each set's own ensemble, as the paper) or target "
         "(the target's caption templates)",
-        identity=False,
+        identity=MEASURED,
     )
     rsa_dataset: str | None = setting(
-        None, "held-out image-caption set for the RSA score (paper: Flickr8K)", identity=False
+        None, "held-out image-caption set for the RSA score (paper: Flickr8K)", identity=MEASURED
     )
     rsa_limit: int = setting(
         1000,
         "image-caption pairs of the RSA set used (RSA is quadratic in this)",
         check=at_least(3),
-        identity=False,
+        identity=MEASURED,
     )
 
     def __post_init__(self) -> None:
