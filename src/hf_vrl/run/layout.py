@@ -129,12 +129,15 @@ def folder_size(folder: str | os.PathLike, pattern: str = "*") -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob(pattern) if p.is_file())
 
 
+RESUME_AFTER_DISK_FULL = "then continue with --resume auto"
+
+
 @contextlib.contextmanager
 def disk_full_is_one_line(
     staging: str | os.PathLike,
     what: Any,
     needed: int | None = None,
-    then: str = "then continue with --resume auto",
+    then: str = RESUME_AFTER_DISK_FULL,
 ) -> Iterator[None]:
     """Around writing `what` into the folder `staging`: a full disk ends the run in one line naming the disk,
     its free space and the space needed (`needed`, else what was written before it filled); the half-written
@@ -162,21 +165,32 @@ def disk_full_is_one_line(
 
 
 @contextlib.contextmanager
-def atomic_dir(path: Path, needed: int | None = None) -> Iterator[Path]:
-    """Yield a temporary folder beside `path`; on success it replaces `path` in one rename (a full disk is
-    one line: `disk_full_is_one_line`, with `needed` bytes when the caller knows them), without an `auto_map`
-    naming code hf_vrl did not write (`drop_foreign_auto_maps`)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+def _staging(
+    parent: Path, prefix: str, target: Path, needed: int | None = None, then: str = RESUME_AFTER_DISK_FULL
+) -> Iterator[Path]:
+    """Yield a new temporary folder in `parent` for what will become `target`; removed on any failure (a full
+    disk is one line: `disk_full_is_one_line`); on success its contents carry no `auto_map` naming code
+    hf_vrl did not write (`drop_foreign_auto_maps`) and have the modes the umask gives."""
+    staging = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
     staging.chmod(0o777 & ~_umask())  # as `mkdir` would make it, not mkdtemp's 0700
     try:
-        with disk_full_is_one_line(staging, path, needed):
+        with disk_full_is_one_line(staging, target, needed, then):
             yield staging
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     drop_foreign_auto_maps(staging)
     readable_as_umask(staging)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: Path, needed: int | None = None) -> Iterator[Path]:
+    """Yield a temporary folder beside `path`; on success it replaces `path` in one rename (a full disk is
+    one line: `disk_full_is_one_line`, with `needed` bytes when the caller knows them), without an `auto_map`
+    naming code hf_vrl did not write (`drop_foreign_auto_maps`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _staging(path.parent, f".{path.name}.tmp-", path, needed) as staging:
+        yield staging
     if path.exists():
         shutil.rmtree(path)
     os.replace(staging, path)
@@ -482,15 +496,8 @@ class OutputDir:
         the folder held goes, its marker and lock aside, and any folder holding another command's output,
         such as `hf-vrl llava-eval`'s results inside an `export-llava` folder). A failure (a full disk: one
         line) leaves the folder as it was, so that the same command can run again into it."""
-        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGING_PREFIX))
-        try:
-            with disk_full_is_one_line(staging, self.root, then="then run the command again"):
-                yield staging
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        drop_foreign_auto_maps(staging)
-        readable_as_umask(staging)
+        with _staging(self.root, STAGING_PREFIX, self.root, then="then run the command again") as staging:
+            yield staging
         kept = {RUN_MARKER, staging.name, *LOCK_FILES}
         for old in self.root.iterdir() if replace else ():
             if old.name not in kept and not (staging / old.name).exists() and not _holds_marked(old):
