@@ -94,6 +94,6 @@ def test_table_4_reads_the_papers_metrics(tmp_path):
     assert parse_run_args(DiVERunConfig, [*iwildcam, "--objective", "dive"]).config.dive.macro_f1
     fmow_config = parse_run_args(DiVERunConfig, [*fmow, "--objective", "dive"]).config.dive
     assert fmow_config.group_column == "region" and fmow_config.group_exclude == ["Other"]
-    (_, toy, toy_cells), *_ = example().targets(4, None)
+    (_, toy, toy_cells), *_ = example().targets(4, example().EMBEDDED)
     assert toy_cells["iWildCam ID"] == ("zero_shot", "macro_f1")
     assert parse_run_args(DiVERunConfig, [*toy, "--objective", "flyp"]).config.dive.macro_f1
