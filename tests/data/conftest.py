@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from data_fixtures import CORRUPT, CUB_CLASSES, noise, write_mixed_shard
 from hub_fixtures import offline_hub_cache
 from PIL import Image
@@ -78,3 +79,19 @@ def cub_root(tmp_path: Path) -> Path:
 def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty Hub cache of this test (`HF_HUB_CACHE`), offline: Hub repos are copied in by the test."""
     return offline_hub_cache(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def tiny_clip(tmp_path_factory) -> Path:
+    """A random tiny CLIP (hub_configs/tiny-clip) saved with its image processor and tokenizer."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel
+
+    from hf_vrl.presets import HUB_CONFIGS
+
+    out = tmp_path_factory.mktemp("clip")
+    torch.manual_seed(0)
+    config = HUB_CONFIGS / "tiny-clip"
+    CLIPModel(AutoConfig.from_pretrained(config)).save_pretrained(out)
+    AutoImageProcessor.from_pretrained(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(config).save_pretrained(out)
+    return out

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from PIL import Image
 
 from hf_vrl import eval_command
@@ -20,21 +19,6 @@ from hf_vrl.evaluation import evaluate_clip
 def _image(path: Path, colour=(90, 120, 30)) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.new("RGB", (10, 10), colour).save(path)
-
-
-@pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory) -> Path:
-    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel
-
-    from hf_vrl.presets import HUB_CONFIGS
-
-    out = tmp_path_factory.mktemp("clip")
-    torch.manual_seed(0)
-    config = HUB_CONFIGS / "tiny-clip"
-    CLIPModel(AutoConfig.from_pretrained(config)).save_pretrained(out)
-    AutoImageProcessor.from_pretrained(config).save_pretrained(out)
-    AutoTokenizer.from_pretrained(config).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from hub_fixtures import hub_cache_repo, imagenet_wds_files, jpeg, tar_bytes
 from huggingface_hub import constants
 from PIL import Image
@@ -111,21 +110,6 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     hub_cache_repo(cache, "clip-benchmark/wds_flickr30k", flickr_files())
     hub_cache_repo(cache, "clip-benchmark/wds_fgvc_aircraft", aircraft_files())
     return cache
-
-
-@pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory) -> Path:
-    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel
-
-    from hf_vrl.presets import HUB_CONFIGS
-
-    out = tmp_path_factory.mktemp("clip")
-    torch.manual_seed(0)
-    config = HUB_CONFIGS / "tiny-clip"
-    CLIPModel(AutoConfig.from_pretrained(config)).save_pretrained(out)
-    AutoImageProcessor.from_pretrained(config).save_pretrained(out)
-    AutoTokenizer.from_pretrained(config).save_pretrained(out)
-    return out
 
 
 def _names(dataset) -> list[str]:
